@@ -1,0 +1,1 @@
+"""One thin script per paper figure or table, reading stored results."""

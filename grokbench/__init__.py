@@ -1,0 +1,1 @@
+"""grokbench: the harness. Optimizers, precision policies, the training engine, sweeps, CLI."""

@@ -1,0 +1,122 @@
+"""Measure, per float dtype, where standard and fixed cross-entropy break."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+import numerics
+from numerics import standard
+
+DTYPES = ("bfloat16", "float16", "float32", "float64")
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@dataclasses.dataclass(frozen=True)
+class CliffRow:
+    """Where cross-entropy on logits [m, 0] (target 0) breaks in one dtype."""
+
+    dtype: str
+    significand_bits: int
+    cliff: float  # precision_cliff(dtype) = p ln 2
+    standard_grad_zero_from: float  # first m whose standard target gradient is exactly 0
+    standard_loss_zero_from: float  # first m whose standard loss is exactly 0
+    fixed_grad_zero_from: float  # first m whose fixed target gradient underflows to 0
+    fixed_grad_at_cliff: float  # fixed target gradient at the first m >= cliff
+    true_grad_at_cliff: float  # mpmath value there
+
+
+def _target_grad(loss_fn: Callable) -> Callable:
+    def grad_t(m):
+        logits = jnp.stack([m, jnp.zeros_like(m)], axis=-1)
+        labels = jnp.zeros(m.shape, jnp.int32)
+        return jax.vmap(jax.grad(loss_fn))(logits, labels)[..., 0]
+
+    return jax.jit(grad_t)
+
+
+def _loss(loss_fn: Callable) -> Callable:
+    def loss(m):
+        logits = jnp.stack([m, jnp.zeros_like(m)], axis=-1)
+        return loss_fn(logits, jnp.zeros(m.shape, jnp.int32))
+
+    return jax.jit(loss)
+
+
+def _first_zero_from(fn: Callable, dtype: np.dtype, hi: float) -> float:
+    """Smallest positive m of `dtype` in (0, hi] with fn(m') == 0 for all m' >= m.
+
+    Bisects on bit patterns: for positive floats they order like the values, so
+    about 64 evaluations find the exact representable threshold.
+    """
+    uint = _UINT[dtype.itemsize]
+    lo_bits = int(np.array(0.0, dtype).view(uint))  # fn(0) != 0 for every function here
+    hi_bits = int(np.array(hi, dtype).view(uint))
+    if fn(jnp.asarray(np.array(hi, dtype)[None]))[0] != 0:
+        return float("inf")
+    while hi_bits - lo_bits > 1:
+        mid = (lo_bits + hi_bits) // 2
+        value = np.array(mid, uint).view(dtype)
+        if fn(jnp.asarray(value[None]))[0] == 0:
+            hi_bits = mid
+        else:
+            lo_bits = mid
+    return float(np.array(hi_bits, uint).view(dtype))
+
+
+def _sum_loss(loss_fn: Callable) -> Callable:
+    return lambda logits, labels: loss_fn(logits, labels)
+
+
+def measure(dtype_name: str) -> CliffRow:
+    """Measure one dtype's row (enables x64 only for the duration, when needed)."""
+    dtype = np.dtype(dtype_name)
+    with jax.enable_x64(dtype == np.float64):
+        cliff = numerics.precision_cliff(dtype)
+        hi = 4.0 * float(-np.log(float(ml_dtypes.finfo(dtype).smallest_subnormal)))
+        hi = min(hi, float(ml_dtypes.finfo(dtype).max) / 2)
+        std_grad = _target_grad(standard.cross_entropy)
+        fixed_grad = _target_grad(numerics.cross_entropy)
+        std_zero = _first_zero_from(std_grad, dtype, hi)
+        loss_zero = _first_zero_from(_loss(standard.cross_entropy), dtype, hi)
+        fixed_zero = _first_zero_from(fixed_grad, dtype, hi)
+        at_cliff = np.array([cliff], dtype)
+        if float(at_cliff[0]) < cliff:
+            at_cliff = np.nextafter(at_cliff, np.array(np.inf, dtype))
+        fixed_at = float(fixed_grad(jnp.asarray(at_cliff))[0])
+    true_at = float(numerics.oracle.cross_entropy_grad(
+        np.stack([at_cliff.astype(np.float64), np.zeros(1)], -1), np.zeros(1, int)
+    )[0, 0])
+    return CliffRow(
+        dtype=dtype_name,
+        significand_bits=ml_dtypes.finfo(dtype).nmant + 1,
+        cliff=cliff,
+        standard_grad_zero_from=std_zero,
+        standard_loss_zero_from=loss_zero,
+        fixed_grad_zero_from=fixed_zero,
+        fixed_grad_at_cliff=fixed_at,
+        true_grad_at_cliff=true_at,
+    )
+
+
+def format_table(rows: list[CliffRow]) -> str:
+    """Render rows as a fixed-width text table."""
+    header = (
+        f"{'dtype':<9} {'p':>3} {'cliff p*ln2':>11} {'std g_t=0 from':>14} "
+        f"{'std loss=0 from':>15} {'fixed g_t=0 from':>16} {'fixed g_t at cliff':>18} "
+        f"{'mpmath g_t':>11}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r.dtype:<9} {r.significand_bits:>3} {r.cliff:>11.4f} "
+            f"{r.standard_grad_zero_from:>14.6g} {r.standard_loss_zero_from:>15.6g} "
+            f"{r.fixed_grad_zero_from:>16.6g} {r.fixed_grad_at_cliff:>18.4e} "
+            f"{r.true_grad_at_cliff:>11.4e}"
+        )
+    return "\n".join(lines)

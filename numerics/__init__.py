@@ -1,0 +1,40 @@
+"""Precision-aware softmax, log-softmax and cross-entropy.
+
+The fixed functions compute in their input dtype (bf16, fp16, fp32, fp64) and
+stay accurate where the standard ones break: past the precision cliff
+(Softmax Collapse) and as student logits approach teacher logits (Softmax
+Cancellation). `numerics.standard` holds the standard versions, `numerics.oracle`
+the mpmath references.
+"""
+
+from numerics import oracle as oracle
+from numerics import standard as standard
+from numerics._baselines import clipped_softmax as clipped_softmax
+from numerics._baselines import clipped_softmax_gamma as clipped_softmax_gamma
+from numerics._baselines import stablemax_cross_entropy as stablemax_cross_entropy
+from numerics._baselines import zero_sum_cross_entropy as zero_sum_cross_entropy
+from numerics._baselines import zero_sum_gradient as zero_sum_gradient
+from numerics._cliffs import equilibrium_margin as equilibrium_margin
+from numerics._cliffs import precision_cliff as precision_cliff
+from numerics._cross_entropy import cross_entropy as cross_entropy
+from numerics._cross_entropy import logit_margin as logit_margin
+from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
+from numerics._softmax import log_softmax as log_softmax
+from numerics._softmax import softmax as softmax
+
+__all__ = [
+    "clipped_softmax",
+    "clipped_softmax_gamma",
+    "cross_entropy",
+    "equilibrium_margin",
+    "log_softmax",
+    "logit_margin",
+    "oracle",
+    "precision_cliff",
+    "soft_target_cross_entropy",
+    "softmax",
+    "stablemax_cross_entropy",
+    "standard",
+    "zero_sum_cross_entropy",
+    "zero_sum_gradient",
+]

@@ -1,0 +1,70 @@
+"""Precision cliffs and the Adam margin equilibrium."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+
+def _float_dtype(dtype) -> np.dtype:
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"expected a floating-point dtype; got {dtype!r}.") from None
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"expected a floating-point dtype; got {dtype}.")
+    return dtype
+
+
+def precision_cliff(dtype) -> float:
+    """Margin past which `1 + exp(-m)` rounds to exactly 1 in `dtype`.
+
+    With p significand bits (stored mantissa plus the implicit one), the spacing
+    of floats just above 1 is 2^(1-p); round-to-nearest-even sends 1 + x back to
+    1 for every x <= 2^-p, a tie included. So the standard softmax's target
+    probability collapses to 1 once e^-m <= 2^-p, that is for
+
+        m >= c_d = p ln 2.
+
+    Derived from the format itself (`ml_dtypes.finfo(dtype).nmant`), so it holds
+    for any float dtype.
+
+    Example:
+      >>> round(precision_cliff(jnp.bfloat16), 3), round(precision_cliff("float32"), 3)
+      (5.545, 16.636)
+
+    Args:
+      dtype: anything `numpy.dtype` accepts: `jnp.bfloat16`, `"float16"`, ...
+
+    Returns:
+      c_d as a Python float (bf16 5.545, fp16 7.625, fp32 16.636, fp64 36.737).
+    """
+    dtype = _float_dtype(dtype)
+    significand_bits = ml_dtypes.finfo(dtype).nmant + 1
+    return significand_bits * math.log(2.0)
+
+
+def equilibrium_margin(eps: float) -> float:
+    """Margin m*(eps) = log(1/eps) where Adam's eps balances weight decay.
+
+    After memorisation |g| ~ e^-m; once |g| << eps the normalised step g/(|g|+eps)
+    shrinks like e^-m/eps, and weight decay holds the margin at log(1/eps)
+    (paper section 5). eps = 0 has no equilibrium: returns +inf.
+
+    Example:
+      >>> round(equilibrium_margin(1e-8), 2)
+      18.42
+
+    Args:
+      eps: Adam's epsilon, >= 0.
+
+    Returns:
+      log(1/eps) as a Python float.
+    """
+    eps = float(eps)
+    if not eps >= 0.0:
+        raise ValueError(f"eps must be >= 0; got {eps}.")
+    return math.inf if eps == 0.0 else -math.log(eps)

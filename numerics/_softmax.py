@@ -1,0 +1,124 @@
+"""Fixed log-softmax and softmax: the margin form that never adds 1 to e^-m."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from numerics import _checks
+
+
+def logsumexp_or_neg_inf(x: jax.Array) -> jax.Array:
+    """log(sum(exp(x))) over the last axis (keepdims), -inf for an all -inf row.
+
+    Unlike `jax.nn.logsumexp`, its gradient is 0 rather than NaN when every entry
+    is -inf (K = 1, or everything but one entry masked out), since the empty sum
+    is routed around the log with a double `where`.
+    """
+    x_max = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+    # Shift by the max so exp never overflows; a non-finite max (all -inf, or a
+    # +inf entry) shifts by 0 and lets the infinities through unchanged.
+    x_max = jnp.where(jnp.isfinite(x_max), x_max, jnp.zeros((), x.dtype))
+    total = jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True)
+    empty = total == 0
+    safe_total = jnp.where(empty, jnp.ones((), x.dtype), total)
+    return jnp.where(empty, -jnp.inf, jnp.log(safe_total) + x_max)
+
+
+def log_softmax_stats(x: jax.Array, mask: jax.Array | None):
+    """Per-row pieces of the margin form: (is_max, x_max, softplus(-m)), keepdims.
+
+    Kept separate so the custom VJPs can rebuild log_softmax elementwise in their
+    backward pass from O(rows) residuals instead of storing a second (rows, K) array.
+    """
+    masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
+    i_max = jnp.argmax(masked, axis=-1, keepdims=True)
+    is_max = jax.lax.broadcasted_iota(i_max.dtype, x.shape, x.ndim - 1) == i_max
+    x_max = jnp.take_along_axis(x, i_max, axis=-1)
+    # Exclude the argmax from the sum so 1 is never added to e^-m: this
+    # log-sum-exp is -m itself, accurate down to exponent underflow.
+    excluded = is_max if mask is None else is_max | ~mask
+    neg_margin = logsumexp_or_neg_inf(jnp.where(excluded, -jnp.inf, x - x_max))
+    # log(1 + e^-m) = softplus(-m), evaluated without ever forming 1 + e^-m.
+    return is_max, x_max, jax.nn.softplus(neg_margin)
+
+
+def log_softmax_from_stats(x: jax.Array, is_max, x_max, log_normalizer) -> jax.Array:
+    """Rebuild the margin-form log_softmax elementwise from `log_softmax_stats`."""
+    # The argmax slot is an exact 0 rather than x_max - x_max, so x_max reaches the
+    # result only through the K-1 differences x_j - x_max and the gradient sums to 0.
+    shifted = jnp.where(is_max, jnp.zeros((), x.dtype), x - x_max)
+    return shifted - log_normalizer
+
+
+def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """log_softmax over the last axis, in the dtype of `x` (paper eq. 5)."""
+    out = log_softmax_from_stats(x, *log_softmax_stats(x, mask))
+    return out if mask is None else jnp.where(mask, out, -jnp.inf)
+
+
+def log_softmax(x, axis: int = -1, where=None) -> jax.Array:
+    r"""Log-softmax that stays accurate when one entry dominates (Softmax Collapse fix).
+
+    With i = argmax(x) and the margin m = x_i - logsumexp_{j != i} x_j,
+
+        log_softmax(x)_k = [k != i] (x_k - x_i) - softplus(-m).
+
+    Standard implementations add e^0 = 1 to e^-m and lose it past the precision
+    cliff (`precision_cliff`); this form keeps e^-m apart, so log_softmax(x)_i
+    = -log(1 + e^-m) stays accurate down to exponent underflow and its gradient
+    still sums to zero.
+
+    Computes in the dtype of `x` (reductions accumulate as `jnp.sum` does), for any
+    batch shape, under `jit`, `vmap` and `grad`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> log_softmax(jnp.array([9.0, -9.0, -9.0]))  # jax.nn gives 0.0 first
+      Array([-3.0460e-08, -1.8000e+01, -1.8000e+01], dtype=float32)
+
+    Edge cases: -inf entries get -inf; a +inf entry gets 0 and the others -inf;
+    NaN anywhere in a row makes the whole row NaN; a row of only -inf is 0/0 and
+    gives NaN (as `jax.nn.log_softmax`). Entries masked out by `where` get -inf;
+    a row masked out entirely gives -inf everywhere.
+
+    Args:
+      x: floating-point logits, any shape.
+      axis: the class axis.
+      where: optional boolean mask broadcastable to `x`; False entries are left out.
+
+    Returns:
+      An array of the shape and dtype of `x`.
+    """
+    x = _checks.check_float(x, "x")
+    axis = _checks.check_axis(x, axis, "x")
+    mask = _checks.check_mask(where, x.shape)
+    x = jnp.moveaxis(x, axis, -1)
+    mask = None if mask is None else jnp.moveaxis(mask, axis, -1)
+    return jnp.moveaxis(_margin_form(x, mask), -1, axis)
+
+
+def softmax(x, axis: int = -1, where=None) -> jax.Array:
+    r"""Softmax as exp of the fixed `log_softmax`, so its gradient survives the cliff.
+
+    The dominant probability is exp(-softplus(-m)) = 1/(1 + e^-m), and its
+    gradient is carried by the K-1 differences x_j - x_max, so
+    grad(softmax(x)[i]) stays non-zero past the precision cliff.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> jax.grad(lambda z: softmax(z)[0])(jnp.array([9.0, -9.0, -9.0]))
+      Array([ 3.0460e-08, -1.5230e-08, -1.5230e-08], dtype=float32)
+
+    Edge cases as `log_softmax`: masked entries and fully masked rows give 0,
+    NaN propagates to the whole row.
+
+    Args:
+      x: floating-point logits, any shape.
+      axis: the class axis.
+      where: optional boolean mask broadcastable to `x`.
+
+    Returns:
+      Probabilities of the shape and dtype of `x`.
+    """
+    return jnp.exp(log_softmax(x, axis=axis, where=where))

@@ -1,0 +1,102 @@
+"""The standard (buggy) softmax family, computed the way jax.nn and optax do.
+
+These exist so experiments compare like with like: the same entry checks and
+signatures as the fixed functions, and the same sequence of operations as
+`jax.nn.log_softmax`, `jax.nn.softmax`,
+`optax.softmax_cross_entropy_with_integer_labels` and
+`optax.softmax_cross_entropy` (optax 0.2.8), so they collapse at the precision
+cliff exactly as those do. The tests check them bit-for-bit against jax.nn and
+optax. `numerics` itself does not import optax (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from numerics import _checks
+from numerics._cross_entropy import prepare
+
+
+def log_softmax(x, axis: int = -1, where=None) -> jax.Array:
+    """`jax.nn.log_softmax`: x - max - log(sum(exp(x - max))); 1 + e^-m rounds to 1 past the cliff.
+
+    Args:
+      x: floating-point logits.
+      axis: the class axis.
+      where: optional boolean mask; masked entries get -inf.
+
+    Returns:
+      An array of the shape and dtype of `x`.
+    """
+    x = _checks.check_float(x, "x")
+    axis = _checks.check_axis(x, axis, "x")
+    where = _checks.check_mask(where, x.shape)
+    return jax.nn.log_softmax(x, axis=axis, where=where)
+
+
+def softmax(x, axis: int = -1, where=None) -> jax.Array:
+    """`jax.nn.softmax`: its backward pass zeroes the dominant entry's gradient past the cliff.
+
+    Args:
+      x: floating-point logits.
+      axis: the class axis.
+      where: optional boolean mask; masked entries get 0.
+
+    Returns:
+      Probabilities of the shape and dtype of `x`.
+    """
+    x = _checks.check_float(x, "x")
+    axis = _checks.check_axis(x, axis, "x")
+    where = _checks.check_mask(where, x.shape)
+    return jax.nn.softmax(x, axis=axis, where=where)
+
+
+def cross_entropy(logits, labels, axis: int = -1, where=None) -> jax.Array:
+    """optax's integer-label cross-entropy: logsumexp(z) - z_t.
+
+    Past `precision_cliff(dtype)` both the loss and the target gradient
+    q_t - 1 round to exactly 0 while the non-target gradients stay positive
+    (Softmax Collapse), so the gradients no longer sum to zero.
+
+    Args:
+      logits: floating-point logits, class axis at `axis`.
+      labels: integer class indices, the shape of `logits` without `axis`.
+      axis: the class axis.
+      where: optional boolean mask broadcastable to `logits`.
+
+    Returns:
+      Per-example losses of shape `labels.shape`, in the dtype of `logits`.
+    """
+    logits, labels, mask = prepare(logits, labels, axis, where)
+    label_logits = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    log_normalizers = jax.nn.logsumexp(logits, axis=-1, where=mask)
+    out = log_normalizers - label_logits
+    if mask is not None:
+        out = jnp.where(jnp.any(mask, axis=-1), out, jnp.zeros((), out.dtype))
+    return out
+
+
+def soft_target_cross_entropy(
+    student_logits, teacher_logits, axis: int = -1, temperature: float = 1.0
+) -> jax.Array:
+    """optax's soft-target cross-entropy with p = softmax(z_T / T): -sum p log_softmax(z_S / T).
+
+    Its gradient q - p subtracts two separately rounded probabilities, and the
+    forward softmax and backward log-softmax differ, so it is not zero at
+    z_S = z_T (Softmax Cancellation): about 1e-3 in bf16, 1e-8 in fp32.
+
+    Args:
+      student_logits: floating-point logits, class axis at `axis`.
+      teacher_logits: floating-point logits of the same shape and dtype.
+      axis: the class axis.
+      temperature: T > 0; both logit arrays are divided by it.
+
+    Returns:
+      Per-example losses: the shape of the logits without `axis`, their dtype.
+    """
+    student, teacher = _checks.check_student_teacher(
+        student_logits, teacher_logits, axis, temperature
+    )
+    targets = jax.nn.softmax(teacher, axis=-1)
+    return -(targets * jax.nn.log_softmax(student, axis=-1)).sum(-1)

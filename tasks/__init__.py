@@ -1,0 +1,19 @@
+"""Datasets and models: modular arithmetic, the 1-layer transformer, the 2-layer MLP."""
+
+from tasks._common import MODEL_DTYPES as MODEL_DTYPES
+from tasks._common import Params as Params
+from tasks._mlp import ACTIVATIONS as ACTIVATIONS
+from tasks._mlp import MLPConfig as MLPConfig
+from tasks._mlp import mlp_apply as mlp_apply
+from tasks._mlp import mlp_init as mlp_init
+from tasks._models import Model as Model
+from tasks._models import build_model as build_model
+from tasks._modular import OPERATIONS as OPERATIONS
+from tasks._modular import ModularData as ModularData
+from tasks._modular import ModularTask as ModularTask
+from tasks._modular import modular_split as modular_split
+from tasks._modular import modular_table as modular_table
+from tasks._transformer import TransformerConfig as TransformerConfig
+from tasks._transformer import transformer_apply as transformer_apply
+from tasks._transformer import transformer_apply_fast as transformer_apply_fast
+from tasks._transformer import transformer_init as transformer_init

@@ -1,0 +1,70 @@
+"""The 2-layer MLP of Doshi et al. / Gromov on concatenated one-hot inputs.
+
+Shape letters: B batch, T positions (3), P residues (p), N hidden width, K classes (p).
+logits = act(W_in^T [onehot(a); onehot(b)]) W_out. The one-hot product is computed as a
+row gather, W_in[a] + W_in[p + b], which is the same sum without the p - 1 zero terms
+(exact for finite weights) and gives the same gradients (a scatter-add).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.typing import DTypeLike
+
+from tasks._common import Params, cast_params, check_model_dtype, check_tokens, normal_init
+
+ACTIVATIONS: tuple[str, ...] = ("relu", "quadratic")
+"""The hidden activations `MLPConfig.activation` accepts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPConfig:
+    """A 2-layer MLP on one-hot (a, b); defaults are the a^2+b^2 mod 97 benchmark model."""
+
+    p: int = 97  # Doshi et al.'s a^2+b^2 and a^3+b tasks are mod 97 (fig2-bottom, fig6)
+    width: int = 500  # hidden width of Doshi et al.'s MLP experiments (our reading; override)
+    activation: str = "relu"  # ReLU as in the fix paper's benchmark; "quadratic" is Gromov's x^2
+
+    def __post_init__(self) -> None:
+        if self.p < 2:
+            raise ValueError(f"p must be at least 2, got {self.p}")
+        if self.width < 1:
+            raise ValueError(f"width must be positive, got {self.width}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; expected {ACTIVATIONS}")
+
+
+def mlp_init(key: jax.Array, cfg: MLPConfig, dtype: DTypeLike) -> Params:
+    """Init drawn in float32 and cast to `dtype`; no biases (Gromov's analytic model has none)."""
+    dt = check_model_dtype(dtype)
+    shapes = {"w_in": (2 * cfg.p, cfg.width), "w_out": (cfg.width, cfg.p)}
+    stds = {
+        # Each input sums exactly two rows of w_in (the one-hot a and b), so std 1/sqrt(2)
+        # starts every pre-activation at unit variance.
+        "w_in": 1.0 / math.sqrt(2.0),
+        # Fan-in init of the read-out: logits start O(1).
+        "w_out": 1.0 / math.sqrt(cfg.width),
+    }
+    return cast_params(normal_init(key, shapes, stds), dt)
+
+
+def mlp_apply(params: Params, tokens_BxT: jax.Array, activation: str = "relu") -> jax.Array:
+    """Logits (B, p) from tokens `[a, b, =]` (only a and b are read)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; expected {ACTIVATIONS}")
+    w_in = params["w_in"]
+    if w_in.dtype != params["w_out"].dtype:
+        raise TypeError(f"parameters must share one dtype, got {w_in.dtype}, {params['w_out'].dtype}")
+    P = w_in.shape[0] // 2
+    # Vocabulary p + 1 (the `=` token may sit at position 2); a and b must be residues.
+    tokens_BxT = check_tokens(tokens_BxT, 3, P + 1)
+    if not isinstance(tokens_BxT, jax.core.Tracer) and tokens_BxT.size:
+        if int(tokens_BxT[:, :2].max()) >= P:
+            raise ValueError(f"a and b must lie in [0, {P})")
+    pre_BxN = w_in[tokens_BxT[:, 0]] + w_in[P + tokens_BxT[:, 1]]
+    h_BxN = jax.nn.relu(pre_BxN) if activation == "relu" else jnp.square(pre_BxN)
+    return h_BxN @ params["w_out"]
