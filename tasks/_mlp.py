@@ -9,13 +9,22 @@ row gather, W_in[a] + W_in[p + b], which is the same sum without the p - 1 zero 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import DTypeLike
 
-from tasks._common import Params, cast_params, check_model_dtype, check_tokens, normal_init
+from tasks._common import (
+    Params,
+    cast_params,
+    check_model_dtype,
+    check_tokens,
+    concrete_or_none,
+    normal_init,
+)
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "quadratic")
 """The hidden activations `MLPConfig.activation` accepts."""
@@ -40,7 +49,11 @@ class MLPConfig:
 
 def mlp_init(key: jax.Array, cfg: MLPConfig, dtype: DTypeLike) -> Params:
     """Init drawn in float32 and cast to `dtype`; no biases (Gromov's analytic model has none)."""
-    dt = check_model_dtype(dtype)
+    return _mlp_init(key, cfg, check_model_dtype(dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))  # one compile per (config, dtype)
+def _mlp_init(key: jax.Array, cfg: MLPConfig, dt: np.dtype) -> Params:
     shapes = {"w_in": (2 * cfg.p, cfg.width), "w_out": (cfg.width, cfg.p)}
     stds = {
         # Each input sums exactly two rows of w_in (the one-hot a and b), so std 1/sqrt(2)
@@ -58,13 +71,15 @@ def mlp_apply(params: Params, tokens_BxT: jax.Array, activation: str = "relu") -
         raise ValueError(f"unknown activation {activation!r}; expected {ACTIVATIONS}")
     w_in = params["w_in"]
     if w_in.dtype != params["w_out"].dtype:
-        raise TypeError(f"parameters must share one dtype, got {w_in.dtype}, {params['w_out'].dtype}")
+        raise TypeError(
+            f"parameters must share one dtype, got {w_in.dtype}, {params['w_out'].dtype}"
+        )
     P = w_in.shape[0] // 2
     # Vocabulary p + 1 (the `=` token may sit at position 2); a and b must be residues.
+    values = concrete_or_none(tokens_BxT)
     tokens_BxT = check_tokens(tokens_BxT, 3, P + 1)
-    if not isinstance(tokens_BxT, jax.core.Tracer) and tokens_BxT.size:
-        if int(tokens_BxT[:, :2].max()) >= P:
-            raise ValueError(f"a and b must lie in [0, {P})")
+    if values is not None and values.size and int(values[:, :2].max()) >= P:
+        raise ValueError(f"a and b must lie in [0, {P})")
     pre_BxN = w_in[tokens_BxT[:, 0]] + w_in[P + tokens_BxT[:, 1]]
     h_BxN = jax.nn.relu(pre_BxN) if activation == "relu" else jnp.square(pre_BxN)
     return h_BxN @ params["w_out"]

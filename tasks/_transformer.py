@@ -17,13 +17,22 @@ Two forward passes give the same logits and gradients:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import DTypeLike
 
-from tasks._common import Params, cast_params, check_model_dtype, check_tokens, normal_init
+from tasks._common import (
+    Params,
+    cast_params,
+    check_model_dtype,
+    check_tokens,
+    concrete_or_none,
+    normal_init,
+)
 
 _SEQ_LEN = 3  # [a, b, =]
 _LN_EPS = 1e-5  # PyTorch/GPT-2 LayerNorm default; representable in bf16 and fp16
@@ -74,7 +83,11 @@ class TransformerConfig:
 
 def transformer_init(key: jax.Array, cfg: TransformerConfig, dtype: DTypeLike) -> Params:
     """Nanda et al.'s init, drawn in float32 and cast to `dtype` (see `_common.normal_init`)."""
-    dt = check_model_dtype(dtype)
+    return _transformer_init(key, cfg, check_model_dtype(dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))  # one compile per (config, dtype)
+def _transformer_init(key: jax.Array, cfg: TransformerConfig, dt: np.dtype) -> Params:
     V, K, D, H, E, F = (
         cfg.vocab_size,
         cfg.num_classes,
@@ -170,8 +183,9 @@ def transformer_apply_fast(params: Params, tokens_BxT: jax.Array) -> jax.Array:
     """
     _check_params(params)
     V = params["embed"].shape[0]
+    values = concrete_or_none(tokens_BxT)
     tokens_BxT = check_tokens(tokens_BxT, _SEQ_LEN, V)
-    if not isinstance(tokens_BxT, jax.core.Tracer) and bool(jnp.any(tokens_BxT[:, 2] != V - 1)):
+    if values is not None and np.any(values[:, 2] != V - 1):
         raise ValueError(f"transformer_apply_fast needs `=` (token {V - 1}) at position 2")
     E = params["w_q"].shape[-1]
     scale = 1.0 / math.sqrt(E)

@@ -1,0 +1,88 @@
+"""Precision policies: which dtype holds the parameters, which one computes, and x64 scoping.
+
+A name is one dtype for both ('bf16', 'fp16', 'fp32', 'fp64': the papers' "precision"
+means training wholly in that format) or 'PARAM/COMPUTE' for mixed precision, e.g.
+'fp32/bf16' keeps float32 master parameters and runs the model in bfloat16.
+
+float64 needs JAX's x64 mode. `precision_scope` sets x64 inside the `with` block to
+exactly what the policy needs: on for policies that use float64, off for the others. So
+fp64 never leaks into the rest of the process, and a bf16/fp16/fp32 run computes the
+same bits whatever x64 state its caller was in (JAX's default float stays float32).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["DTYPES", "Precision", "get_precision", "precision_scope"]
+
+DTYPES: dict[str, np.dtype] = {
+    "bf16": np.dtype(jnp.bfloat16),
+    "fp16": np.dtype(jnp.float16),
+    "fp32": np.dtype(jnp.float32),
+    "fp64": np.dtype(jnp.float64),
+}
+"""Short precision names and their dtypes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """A precision policy: parameter dtype and compute dtype (separate on purpose)."""
+
+    name: str = "fp32"  # the papers' default training precision
+    param_dtype: np.dtype = DTYPES["fp32"]  # dtype of parameters and optimizer state
+    compute_dtype: np.dtype = DTYPES["fp32"]  # dtype the model and loss run in
+
+    @property
+    def needs_x64(self) -> bool:
+        """True when either dtype is float64."""
+        return np.dtype(jnp.float64) in (self.param_dtype, self.compute_dtype)
+
+    def cast_to_param(self, tree: object) -> object:
+        """Cast every floating leaf of `tree` to the parameter dtype."""
+        return _cast_floats(tree, self.param_dtype)
+
+    def cast_to_compute(self, tree: object) -> object:
+        """Cast every floating leaf of `tree` to the compute dtype."""
+        return _cast_floats(tree, self.compute_dtype)
+
+
+def _cast_floats(tree: object, dtype: np.dtype) -> object:
+    """Cast floating leaves only: integer tokens and labels pass through untouched."""
+
+    def cast(x: jax.Array) -> jax.Array:
+        return x.astype(dtype) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating) else x
+
+    return jax.tree.map(cast, tree)
+
+
+def get_precision(name: str | Precision) -> Precision:
+    """Parse 'bf16' | 'fp16' | 'fp32' | 'fp64' or 'PARAM/COMPUTE' (e.g. 'fp32/bf16')."""
+    if isinstance(name, Precision):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"precision must be a name like 'fp32', got {type(name).__name__}")
+    parts = name.split("/")
+    unknown = [part for part in parts if part not in DTYPES]
+    if len(parts) not in (1, 2) or unknown:
+        raise ValueError(
+            f"unknown precision {name!r}: expected one of {sorted(DTYPES)} "
+            "or 'PARAM/COMPUTE' such as 'fp32/bf16'"
+        )
+    param, compute = parts if len(parts) == 2 else (parts[0], parts[0])
+    canonical = param if param == compute else f"{param}/{compute}"
+    return Precision(canonical, DTYPES[param], DTYPES[compute])
+
+
+@contextlib.contextmanager
+def precision_scope(name: str | Precision) -> Iterator[Precision]:
+    """Yield the policy with x64 on inside the block iff the policy uses float64."""
+    policy = get_precision(name)
+    with jax.enable_x64(policy.needs_x64):
+        yield policy

@@ -1,0 +1,47 @@
+"""Every public name of the optimizer and precision modules is documented (STYLE.md 1)."""
+
+import ast
+import inspect
+import itertools
+
+import pytest
+
+from grokbench import optimizers, precision
+
+
+def _documented_constants(module) -> set[str]:
+    """Names assigned at module level with a docstring literal right after them."""
+    body = ast.parse(inspect.getsource(module)).body
+    names = set()
+    for stmt, nxt in itertools.pairwise(body):
+        documented = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+        if documented and isinstance(stmt, ast.Assign | ast.AnnAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+@pytest.mark.parametrize(
+    "module, name", [(m, n) for m in (optimizers, precision) for n in m.__all__]
+)
+def test_public_name_has_docstring(module, name):
+    obj = getattr(module, name)
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        assert inspect.getdoc(obj), name
+        for attr, member in vars(obj).items():
+            if not attr.startswith("_") and inspect.isfunction(member):
+                assert inspect.getdoc(member), f"{name}.{attr}"
+    else:
+        assert name in _documented_constants(module), name
+
+
+def test_all_lists_every_public_name():
+    for module in (optimizers, precision):
+        public = {
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_")
+            and getattr(v, "__module__", None) == module.__name__
+            and (inspect.isclass(v) or inspect.isfunction(v))
+        }
+        assert public <= set(module.__all__), public - set(module.__all__)

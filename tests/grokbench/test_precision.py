@@ -1,0 +1,63 @@
+"""Precision policies: names, separate param/compute dtypes, x64 scoped to fp64."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grokbench.precision import DTYPES, Precision, get_precision, precision_scope
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "fp64"])
+def test_single_names_set_both_dtypes(name):
+    policy = get_precision(name)
+    assert policy.name == name
+    assert policy.param_dtype == policy.compute_dtype == DTYPES[name]
+
+
+def test_mixed_name_keeps_dtypes_separate():
+    policy = get_precision("fp32/bf16")
+    assert policy.param_dtype == np.float32
+    assert policy.compute_dtype == jnp.bfloat16
+    assert get_precision("bf16/bf16").name == "bf16"
+    assert get_precision(policy) is policy
+
+
+@pytest.mark.parametrize("bad", ["fp8", "float32", "", "fp32/", "fp32/bf16/fp16", "FP32"])
+def test_unknown_names_raise(bad):
+    with pytest.raises(ValueError, match="unknown precision"):
+        get_precision(bad)
+
+
+def test_non_string_raises():
+    with pytest.raises(TypeError):
+        get_precision(jnp.float32)
+
+
+def test_x64_only_inside_fp64_scope():
+    assert not jax.config.read("jax_enable_x64")
+    with precision_scope("fp64") as policy:
+        assert jax.config.read("jax_enable_x64")
+        assert jnp.ones(2, policy.param_dtype).dtype == jnp.float64
+    assert not jax.config.read("jax_enable_x64")
+    with precision_scope("fp32/fp64") as policy:
+        assert policy.needs_x64 and jax.config.read("jax_enable_x64")
+    assert not jax.config.read("jax_enable_x64")
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "fp32/bf16"])
+def test_x64_off_inside_other_scopes(name, x64):
+    # Even a caller running with x64 gets JAX's float32 default inside a non-fp64 policy.
+    assert jax.config.read("jax_enable_x64")
+    with precision_scope(name):
+        assert not jax.config.read("jax_enable_x64")
+        assert jnp.asarray(1.0).dtype == jnp.float32
+    assert jax.config.read("jax_enable_x64")
+
+
+def test_casts_floats_only():
+    policy = Precision("fp32/bf16", DTYPES["fp32"], DTYPES["bf16"])
+    tree = {"w": jnp.ones((2,), jnp.float32), "tokens": jnp.zeros((2,), jnp.int32)}
+    compute = policy.cast_to_compute(tree)
+    assert compute["w"].dtype == jnp.bfloat16 and compute["tokens"].dtype == jnp.int32
+    assert policy.cast_to_param(compute)["w"].dtype == jnp.float32
