@@ -69,7 +69,10 @@ def check_labels(labels, logits: jax.Array, axis: int) -> jax.Array:
         )
     num_classes = logits.shape[axis]
     if not isinstance(labels, jax.core.Tracer) and labels.size:
-        lo, hi = int(jnp.min(labels)), int(jnp.max(labels))
+        # numpy, not jnp: under an outer `jit` a jnp reduction of even a concrete
+        # array would be traced.
+        host = np.asarray(labels)
+        lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= num_classes:
             raise ValueError(
                 f"labels must lie in [0, {num_classes}); got values in [{lo}, {hi}]."
