@@ -6,38 +6,33 @@ import jax
 import jax.numpy as jnp
 
 from numerics import _checks
+from numerics._softmax import shifted_sums
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
-    """Per-row (is_target, kept, z_max, z_t - z_max, S_others, S), keepdims.
+    """Per-row (z_max, z_t - z_max, S_others, S), keepdims.
 
-    S_others = sum_{j != t} e^(z_j - z_max) is summed apart from the target's own
-    term e^(z_t - z_max): when t is the argmax that term is the 1 that would
-    swallow e^-m, and keeping it out of the sum is the whole fix.
+    S_others = sum_{j != t} e^(z_j - z_max) never contains the target's own term:
+    when t is the argmax that term is the 1 that would swallow e^-m past the cliff.
     """
-    iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
-    is_target = iota == labels[..., None]
-    kept = None if mask is None else mask
-    masked = logits if kept is None else jnp.where(kept, logits, -jnp.inf)
-    z_max = jax.lax.stop_gradient(jnp.max(masked, axis=-1, keepdims=True))
+    masked = logits if mask is None else jnp.where(mask, logits, -jnp.inf)
+    z_max, s_all, s_rest = shifted_sums(masked)
     # Out-of-range labels (possible only under jit) are clipped for the gather and
     # turned into NaN by `_valid_rows`.
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
     shift_t = z_t - z_max
-    zero = jnp.zeros((), logits.dtype)
-    excluded = is_target if kept is None else is_target | ~kept
-    s_others = jnp.sum(jnp.where(excluded, zero, jnp.exp(logits - z_max)), axis=-1, keepdims=True)
-    s_all = s_others + jnp.exp(shift_t)
-    return is_target, excluded, z_max, shift_t, s_others, s_all
+    # t is a max: the others are S_rest. Otherwise S counts a max entry of its own,
+    # S_others >= 1 and subtracting the target's e^(z_t - z_max) <= 1 is harmless.
+    s_others = jnp.where(shift_t == 0, s_rest, s_all - jnp.exp(shift_t))
+    return z_max, shift_t, s_others, s_all
 
 
 def _loss_from(shift_t: jax.Array, s_others: jax.Array, s_all: jax.Array) -> jax.Array:
-    # L = log(1 + e^-m) with e^-m = S_others / e^(z_t - z_max). When the target is
-    # (near) the max, log1p of that ratio never forms 1 + e^-m; otherwise L >= 1 and
-    # log(S) - (z_t - z_max) adds two non-negative terms, with no cancellation.
-    near_max = shift_t > -1
-    ratio = s_others / jnp.exp(jnp.where(near_max, shift_t, jnp.zeros((), shift_t.dtype)))
-    return jnp.where(near_max, jnp.log1p(ratio), jnp.log(s_all) - shift_t)
+    # L = log(1 + e^-m). When t is a max, e^-m = S_others and log1p never forms
+    # 1 + e^-m. Otherwise S_others >= 1 and L = log(S) - (z_t - z_max) adds two
+    # non-negative terms, with no cancellation.
+    is_max = shift_t == 0
+    return jnp.where(is_max, jnp.log1p(s_others), jnp.log(s_all) - shift_t)
 
 
 def _valid_rows(logits: jax.Array, labels: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -55,7 +50,7 @@ def _cross_entropy(logits, labels, mask):
 
 
 def _cross_entropy_fwd(logits, labels, mask):
-    _, _, z_max, shift_t, s_others, s_all = _normalizers(logits, labels, mask)
+    z_max, shift_t, s_others, s_all = _normalizers(logits, labels, mask)
     loss = _loss_from(shift_t, s_others, s_all)[..., 0]
     loss = jnp.where(_valid_rows(logits, labels, mask), loss, jnp.nan)
     # Only O(rows) residuals: the backward pass recomputes the elementwise parts,
@@ -65,19 +60,21 @@ def _cross_entropy_fwd(logits, labels, mask):
 
 def _cross_entropy_bwd(residuals, cotangent):
     logits, labels, mask, z_max, s_others, s_all, loss = residuals
+    if mask is not None:
+        logits = jnp.where(mask, logits, -jnp.inf)  # masked entries get q = 0
     iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
     is_target = iota == labels[..., None]
-    excluded = is_target if mask is None else is_target | ~mask
+    # One division per row; rows with an invalid label (NaN loss) get NaN gradients.
+    scale = jnp.where(jnp.isnan(loss), jnp.nan, cotangent)[..., None] / s_all
+    # The barrier keeps XLA from sharing e^(z - z_max) with the forward sums, which
+    # would store it as a (rows, K) array between the passes (scale rides along
+    # only so this barrier differs from the forward's and is not merged with it).
+    logits, z_max, scale = jax.lax.optimization_barrier((logits, z_max, scale))
     # Non-target q_j = e^(z_j - z_max) / S: a small number computed directly.
-    q = jnp.exp(logits - z_max) / s_all
     # Target q_t - 1 = -S_others / S, never 1 - 1 = 0: it stays accurate past the
     # precision cliff, so the K gradients still sum to zero within rounding.
-    g_target = -s_others / s_all
-    zero = jnp.zeros((), logits.dtype)
-    grad = jnp.where(is_target, g_target, jnp.where(excluded, zero, q))
-    # Rows with an invalid label (NaN loss) get NaN gradients too.
-    grad = jnp.where(jnp.isnan(loss)[..., None], jnp.nan, grad)
-    return grad * cotangent[..., None], None, None
+    grad = jnp.where(is_target, -s_others * scale, jnp.exp(logits - z_max) * scale)
+    return grad, None, None
 
 
 _cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
@@ -167,7 +164,7 @@ def logit_margin(logits, labels, axis: int = -1) -> jax.Array:
       Margins of shape `labels.shape`, in the dtype of `logits`.
     """
     logits, labels, _ = prepare(logits, labels, axis)
-    _, _, _, shift_t, s_others, _ = _normalizers(logits, labels, None)
+    _, shift_t, s_others, _ = _normalizers(logits, labels, None)
     # m = (z_t - z_max) - log(S_others): with S_others >= 1 unless t is the argmax,
     # a difference of a non-positive and a non-negative term, or -log(e^-m) itself.
     margin = (shift_t - jnp.log(s_others))[..., 0]

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from numerics import _checks
-from numerics._softmax import log_softmax_from_stats, log_softmax_stats
+from numerics._softmax import shifted_sums
 
 
 def _safe_product(p: jax.Array, x: jax.Array) -> jax.Array:
@@ -15,26 +15,40 @@ def _safe_product(p: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.where(p > 0, p * x, jnp.zeros((), p.dtype))
 
 
+def _teacher_probs(teacher: jax.Array, t_max: jax.Array, t_sum: jax.Array) -> jax.Array:
+    # p_k = e^(z_k - z_max) / S: the probabilities themselves are accurate (within
+    # 2 ulps); only log p of a dominant class would need S - 1, and it is not used.
+    return jnp.exp(teacher - t_max) / t_sum
+
+
+def _student_log_probs(student: jax.Array, s_max: jax.Array, log_norm: jax.Array) -> jax.Array:
+    # log q_k = (z_k - z_max) - log1p(S - 1): the margin form, with S - 1 summed
+    # apart from the max's own 1 by `shifted_sums`.
+    return (student - s_max) - log_norm
+
+
 @jax.custom_vjp
 def _soft_target(student, teacher):
     return _soft_target_fwd(student, teacher)[0]
 
 
 def _soft_target_fwd(student, teacher):
-    stats_s = log_softmax_stats(student, None)
-    stats_t = log_softmax_stats(teacher, None)
-    log_q = log_softmax_from_stats(student, *stats_s)
-    p = jnp.exp(log_softmax_from_stats(teacher, *stats_t))
+    s_max, s_sum, s_rest = shifted_sums(student)
+    log_norm = jnp.log1p(s_rest)
+    t_max = jnp.max(teacher, axis=-1, keepdims=True)
+    t_max = jnp.where(jnp.isfinite(t_max), t_max, jnp.zeros((), teacher.dtype))
+    t_sum = jnp.sum(jnp.exp(teacher - t_max), axis=-1, keepdims=True)
+    log_q = _student_log_probs(student, s_max, log_norm)
+    p = _teacher_probs(teacher, t_max, t_sum)
     loss = -jnp.sum(_safe_product(p, log_q), axis=-1)
     # Only O(rows) statistics are kept; the backward pass rebuilds q and p.
-    return loss, (student, teacher, stats_s, stats_t, loss)
+    return loss, (student, teacher, s_max, s_sum, log_norm, t_max, t_sum, loss)
 
 
 def _soft_target_bwd(residuals, cotangent):
-    student, teacher, stats_s, stats_t, loss = residuals
-    log_q = log_softmax_from_stats(student, *stats_s)
-    q = jnp.exp(log_q)
-    p = jnp.exp(log_softmax_from_stats(teacher, *stats_t))
+    student, teacher, s_max, s_sum, log_norm, t_max, t_sum, loss = residuals
+    q = jnp.exp(student - s_max) / s_sum
+    p = _teacher_probs(teacher, t_max, t_sum)
     zero = jnp.zeros((), student.dtype)
     # Work from the logit difference, never from q and p rounded separately.
     delta = jnp.where(p > 0, student - teacher, zero)
@@ -52,6 +66,7 @@ def _soft_target_bwd(residuals, cotangent):
     grad_student = u - q * jnp.sum(u, axis=-1, keepdims=True)
     # dL/dz_T = -p (log q + L): exact for the forward loss, for users who also
     # differentiate through the teacher.
+    log_q = _student_log_probs(student, s_max, log_norm)
     grad_teacher = -_safe_product(p, log_q + loss[..., None])
     cotangent = cotangent[..., None]
     return grad_student * cotangent, grad_teacher * cotangent

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import mpmath
 import numpy as np
 
@@ -76,29 +77,44 @@ def softmax(x, axis: int = -1, where=None, *, exact: bool = False) -> np.ndarray
     return out if exact else out.astype(np.float64)
 
 
+def _vjp_rows(x, cotangent, axis: int):
+    rows, shape = _rows(x, axis)
+    cots, _ = _rows(np.broadcast_to(cotangent, np.shape(x)), axis)
+    for row, cot in zip(rows, cots, strict=True):
+        q = [mpmath.exp(v) for v in _log_softmax_row(row, np.ones(len(row), bool))]
+        yield q, [_mp(v) for v in cot]
+
+
 def softmax_vjp(x, cotangent, axis: int = -1, *, exact: bool = False) -> np.ndarray:
-    """Reference vector-Jacobian product of softmax: q * (c - sum(q c))."""
+    """Reference vector-Jacobian product of softmax: q_k (c_k - sum_j q_j c_j).
+
+    Written as q_k sum_j q_j (c_k - c_j) (the q sum to 1), so no 1 - q_k is formed.
+    """
+    shape = np.moveaxis(np.asarray(x), axis, -1).shape
     with mpmath.workprec(PRECISION_BITS):
-        q, _ = _rows(softmax(x, axis, exact=True).astype(object), axis)
-        c, shape = _rows(np.asarray(cotangent), axis)
-        out = []
-        for qr, cr in zip(q, c, strict=True):
-            cr = [_mp(v) for v in cr]
-            mean = mpmath.fsum(a * b for a, b in zip(qr, cr, strict=True))
-            out.append([a * (b - mean) for a, b in zip(qr, cr, strict=True)])
+        out = [
+            [qk * mpmath.fsum(qj * (ck - cj) for qj, cj in zip(q, c, strict=True))
+             for qk, ck in zip(q, c, strict=True)]
+            for q, c in _vjp_rows(x, cotangent, axis)
+        ]
     return _finish(out, shape, axis, exact)
 
 
 def log_softmax_vjp(x, cotangent, axis: int = -1, *, exact: bool = False) -> np.ndarray:
-    """Reference vector-Jacobian product of log_softmax: c - q sum(c)."""
+    """Reference vector-Jacobian product of log_softmax: c_k - q_k sum_j c_j.
+
+    Written as c_k (sum_{j != k} q_j) - q_k sum_{j != k} c_j: no 1 - q_k is formed.
+    """
+    shape = np.moveaxis(np.asarray(x), axis, -1).shape
     with mpmath.workprec(PRECISION_BITS):
-        q, _ = _rows(softmax(x, axis, exact=True).astype(object), axis)
-        c, shape = _rows(np.asarray(cotangent), axis)
         out = []
-        for qr, cr in zip(q, c, strict=True):
-            cr = [_mp(v) for v in cr]
-            total = mpmath.fsum(cr)
-            out.append([b - a * total for a, b in zip(qr, cr, strict=True)])
+        for q, c in _vjp_rows(x, cotangent, axis):
+            k_range = range(len(q))
+            out.append([
+                c[k] * mpmath.fsum(q[j] for j in k_range if j != k)
+                - q[k] * mpmath.fsum(c[j] for j in k_range if j != k)
+                for k in k_range
+            ])
     return _finish(out, shape, axis, exact)
 
 
@@ -256,11 +272,53 @@ def precision_cliff(significand_bits: int) -> float:
 
 def ulp(x, dtype) -> np.ndarray:
     """Spacing of `dtype` at |x| (the subnormal spacing below the normal range)."""
-    import ml_dtypes
-
     info = ml_dtypes.finfo(dtype)
-    mag = np.abs(np.asarray(x, dtype=object)).astype(np.float64) if np.asarray(x).dtype == object else np.abs(np.asarray(x, np.float64))
+    mag = np.abs(np.asarray(x).astype(np.float64))
+    tiny = float(info.smallest_normal)
     with np.errstate(divide="ignore"):
-        exponent = np.floor(np.log2(np.where(mag > 0, mag, float(info.smallest_normal))))
-    exponent = np.maximum(exponent, math.log2(float(info.smallest_normal)))
-    return np.exp2(exponent - info.nmant)
+        exponent = np.floor(np.log2(np.where(mag > 0, mag, tiny)))
+    return np.exp2(np.maximum(exponent, math.log2(tiny)) - info.nmant)
+
+
+def ulp_error(computed, exact, dtype, flush_to_zero: bool = True) -> np.ndarray:
+    """|computed - exact| in ulps of `dtype` at |exact|, elementwise.
+
+    `exact` may be float64 or an object array of mpf (see `exact=True`). With
+    `flush_to_zero`, a computed 0 where |exact| is below the smallest normal
+    counts as exact: XLA's CPU kernels flush subnormal results to zero. Equal
+    infinities count as 0 error; NaN anywhere gives NaN.
+    """
+    exact = np.asarray(exact)
+    computed = np.asarray(computed).astype(np.float64)
+    with mpmath.workprec(PRECISION_BITS):
+        if exact.dtype == object:
+            diff = np.vectorize(lambda c, e: float(abs(mpmath.mpf(c) - e)), otypes=[float])(computed, exact)
+            exact = exact.astype(np.float64)
+        else:
+            with np.errstate(invalid="ignore"):  # inf - inf, handled by `same`
+                diff = np.abs(computed - exact)
+    same = (computed == exact)  # covers equal infinities, where diff is NaN
+    err = np.where(same, 0.0, diff / ulp(exact, dtype))
+    if flush_to_zero:
+        tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
+        err = np.where((computed == 0) & (np.abs(exact) < tiny), 0.0, err)
+    return np.where(np.isnan(computed) | np.isnan(exact), np.nan, err)
+
+
+def representable_values(dtype) -> np.ndarray:
+    """Every finite value of a 16-bit float dtype (bfloat16, float16), ascending."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize != 2:
+        raise ValueError(f"only 16-bit dtypes can be enumerated; got {dtype}.")
+    values = np.arange(2**16, dtype=np.uint16).view(dtype)
+    values = values[np.isfinite(values.astype(np.float32))]
+    return np.unique(values)  # sorted; +0 and -0 merge
+
+
+def ulp_window(center: float, dtype, half_width: int) -> np.ndarray:
+    """The 2 * half_width + 1 consecutive values of `dtype` around `center`."""
+    dtype = np.dtype(dtype)
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    start = int(np.array(center, dtype).view(uint))
+    bits = np.arange(start - half_width, start + half_width + 1, dtype=np.int64).astype(uint)
+    return bits.view(dtype)

@@ -1,0 +1,275 @@
+"""The typed run config, its validation, and `key=value` overrides parsed against its types.
+
+One `RunConfig` is one training run (one seed). Sweeps are lists of them; runs that differ
+only in `VMAPPED` fields share shapes and are batched into one program by the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from grokbench.precision import get_precision
+from tasks import ACTIVATIONS, OPERATIONS, MLPConfig, ModularTask, TransformerConfig
+
+__all__ = [
+    "CONFIG_VERSION",
+    "LOSSES",
+    "MODELS",
+    "OPTIMIZERS",
+    "VMAPPED",
+    "ConfigError",
+    "RunConfig",
+    "config_hash",
+    "field_types",
+    "group_key",
+    "parse_overrides",
+    "parse_value",
+]
+
+CONFIG_VERSION = 1
+"""Bumped when the engine's numbers or stored metrics change meaning; part of the run hash."""
+
+LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
+"""Loss variants: numerics.cross_entropy, numerics.standard.cross_entropy, and the baselines."""
+
+MODELS: tuple[str, ...] = ("transformer", "mlp")
+"""The 1-layer transformer (Nanda/Varma) and the 2-layer one-hot MLP (Doshi et al.)."""
+
+OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "laprop")
+"""Optimizers of grokbench.optimizers (adam has no weight decay)."""
+
+VMAPPED: tuple[str, ...] = ("seed", "lr", "b1", "b2", "eps", "weight_decay")
+"""Fields that only change numbers, not shapes: runs differing only in these are batched."""
+
+
+class ConfigError(ValueError):
+    """A config value or override that is unknown, ill-typed or out of range (one-line message)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One training run; the defaults are the reference config (fig2-top, fixed CE)."""
+
+    # Task.
+    task: str = "a+b"  # Varma et al.'s reference task (fig2-top, Table 1)
+    p: int = 31  # a+b mod 31: 961 pairs
+    train_fraction: float = 0.5  # Varma et al.'s 50% split: 480 training examples at p = 31
+    split_seed: int = 0  # the split is part of the task and stays fixed across model seeds
+    # Model.
+    model: str = "transformer"  # the 1-layer ReLU transformer of the papers
+    d_model: int = 64  # Varma et al.'s width-64 model (Nanda et al.: 128)
+    n_heads: int = 4  # Nanda et al.'s 4 heads
+    d_mlp: int | None = None  # None -> 4 * d_model (Nanda et al.: 512 at width 128)
+    layer_norm: bool = False  # Nanda/Varma models have no LayerNorm
+    mlp_width: int = 500  # hidden width of the 2-layer MLP (model=mlp only)
+    activation: str = "relu"  # MLP activation; ReLU as in the fix paper's benchmarks
+    # Optimizer.
+    optimizer: str = "adamw"  # the papers' AdamW (decoupled weight decay)
+    lr: float = 1e-3  # Varma/Nanda learning rate
+    b1: float = 0.9  # Varma/Nanda/fix-paper beta1
+    b2: float = 0.98  # Varma/Nanda/fix-paper beta2 (not optax's 0.999)
+    eps: float = 1e-8  # Adam's default; equilibrium margin log(1/eps) = 18.4 sits past c32
+    weight_decay: float = 1.0  # lambda = 1 of Varma et al. (fig2-top, Table 1)
+    track_sqrt_v: bool = False  # LaProp only: track sqrt(v) without squaring g (fig4 sets it)
+    # Numerics.
+    precision: str = "fp32"  # the papers' default; 'bf16', 'fp64', or 'PARAM/COMPUTE'
+    loss: str = "fixed"  # numerics.cross_entropy: the fix this lab is about
+    # Schedule.
+    steps: int = 10_000  # fig2-top / Table 1 train 10,000 full-batch steps
+    eval_every: int = 100  # test loss/accuracy cadence; 1% of the steps costs ~nothing
+    seed: int = 0  # model init seed (runs of a sweep use seed, seed + 1, ...)
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_choice("task", self.task, OPERATIONS)
+        _check_choice("model", self.model, MODELS)
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("loss", self.loss, LOSSES)
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        try:
+            get_precision(self.precision)
+            self.modular_task()
+            self.model_config()
+        except (TypeError, ValueError) as err:
+            raise ConfigError(str(err)) from None
+        _check(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        _check(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
+        _check(0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
+        _check(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
+        _check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        _check(
+            self.optimizer != "adam" or self.weight_decay == 0,
+            f"optimizer adam has no weight decay (got weight_decay={self.weight_decay}); "
+            "use optimizer=adamw",
+        )
+        _check(
+            self.optimizer == "laprop" or not self.track_sqrt_v,
+            "track_sqrt_v applies to optimizer=laprop only",
+        )
+        _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        _check(self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}")
+        _check(
+            self.steps % self.eval_every == 0,
+            f"steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})",
+        )
+        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+
+    def modular_task(self) -> ModularTask:
+        """The dataset this run trains on."""
+        return ModularTask(self.task, self.p, self.train_fraction, self.split_seed)
+
+    def model_config(self) -> TransformerConfig | MLPConfig:
+        """The model config for `tasks.build_model`."""
+        if self.model == "mlp":
+            return MLPConfig(p=self.p, width=self.mlp_width, activation=self.activation)
+        return TransformerConfig(
+            vocab_size=self.p + 1,
+            num_classes=self.p,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_mlp=self.d_mlp,
+            layer_norm=self.layer_norm,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat, JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    _check(value in choices, f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def field_types() -> dict[str, Any]:
+    """Field name -> resolved type annotation (e.g. int, float, `int | None`)."""
+    return typing.get_type_hints(RunConfig)
+
+
+def _type_name(tp: Any) -> str:
+    return " | ".join(t.__name__ for t in _members(tp))
+
+
+def _members(tp: Any) -> tuple[type, ...]:
+    """The plain types of an annotation: `int | None` -> (int, NoneType)."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return typing.get_args(tp)
+    return (tp,)
+
+
+def _is_instance(value: Any, tp: Any) -> bool:
+    for member in _members(tp):
+        if member is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return True
+        if member is int and isinstance(value, bool):
+            continue  # bool is an int subclass; True is not a width
+        if isinstance(value, member):
+            return True
+    return False
+
+
+def _check_types(cfg: RunConfig) -> None:
+    for name, tp in field_types().items():
+        value = getattr(cfg, name)
+        _check(
+            _is_instance(value, tp),
+            f"{name} must be {_type_name(tp)}, got {type(value).__name__} {value!r}",
+        )
+        if float in _members(tp) and isinstance(value, int | float):
+            _check(math.isfinite(value), f"{name} must be finite, got {value}")
+            # Store floats as floats: 1 and 1.0 must hash to the same run.
+            object.__setattr__(cfg, name, float(value))
+
+
+def parse_value(key: str, text: str) -> Any:
+    """Parse one override value against the type of field `key` (ConfigError if it fails)."""
+    types_ = field_types()
+    if key not in types_:
+        raise ConfigError(f"unknown key {key!r}")
+    errors = []
+    for member in _members(types_[key]):
+        try:
+            return _parse_as(member, text)
+        except ValueError:
+            errors.append(member.__name__)
+    raise ConfigError(f"{key}={text!r}: expected {' or '.join(errors)}")
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _parse_as(tp: type, text: str) -> Any:
+    if tp is type(None):
+        if text.lower() in ("none", "null"):
+            return None
+        raise ValueError(text)
+    if tp is bool:
+        if text.lower() in _BOOLS:
+            return _BOOLS[text.lower()]
+        raise ValueError(text)
+    if tp is int:
+        return int(text)  # "1e4" and "1.5" are errors, not silently truncated
+    if tp is float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(text)
+        return value
+    if tp is str:
+        if not text:
+            raise ValueError(text)
+        return text
+    raise TypeError(f"unsupported field type {tp}")
+
+
+def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) -> dict[str, tuple]:
+    """`key=value` or `key=v1,v2,...` tokens -> {key: values}; a list makes a sweep axis.
+
+    Keys are RunConfig fields or one of `extra` (positive ints, one value each).
+    Values are type-checked here; ranges and choices are checked by RunConfig.
+    """
+    out: dict[str, tuple] = {}
+    for token in tokens:
+        key, sep, text = token.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"expected key=value, got {token!r}")
+        if key in out:
+            raise ConfigError(f"key {key!r} given twice")
+        if key in extra:
+            try:
+                value = int(text)
+            except ValueError:
+                raise ConfigError(f"{key}={text!r}: expected a positive int") from None
+            if value < 1:
+                raise ConfigError(f"{key} must be >= 1, got {value}")
+            out[key] = (value,)
+            continue
+        if key not in field_types():
+            known = ", ".join([*field_types(), *extra])
+            raise ConfigError(f"unknown key {key!r}; known keys: {known}")
+        # Precision names like 'fp32/bf16' contain no comma, so a comma always separates values.
+        parts = text.split(",")
+        out[key] = tuple(dict.fromkeys(parse_value(key, part.strip()) for part in parts))
+    return out
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """A stable 16-hex-digit hash of the resolved config and `CONFIG_VERSION`."""
+    payload = json.dumps({"version": CONFIG_VERSION, **cfg.to_dict()}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def group_key(cfg: RunConfig) -> tuple:
+    """Everything but the `VMAPPED` fields: runs with equal keys share one batched program."""
+    return tuple((k, v) for k, v in sorted(cfg.to_dict().items()) if k not in VMAPPED)

@@ -1,0 +1,106 @@
+"""The results store: one directory per resolved run config, written atomically.
+
+Layout: ROOT/runs/HASH/{config.json, metrics.npz, summary.json}, HASH = `config_hash`.
+Every file is written to a temporary name in the same directory and `os.replace`d into
+place, and summary.json is written last: a run directory with a summary.json is complete,
+anything else is an interrupted run and is retrained. metrics.npz is columnar: one 1-D
+array per metric (`step`-indexed columns and `test_step`-indexed ones); `metrics_frame`
+turns it into a pandas DataFrame (pandas is optional, imported only there).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from grokbench.config import RunConfig, config_hash
+
+__all__ = [
+    "Store",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "default_root",
+    "load_metrics",
+    "metrics_frame",
+]
+
+def default_root() -> pathlib.Path:
+    """Where runs go unless told otherwise: $GROKBENCH_RESULTS, else ./results (git-ignored)."""
+    return pathlib.Path(os.environ.get("GROKBENCH_RESULTS", "results"))
+
+
+def atomic_write_bytes(path: pathlib.Path, data: bytes) -> None:
+    """Write `data` to `path` so readers see the old file or the whole new one, never a part."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
+    """`atomic_write_bytes` of indented JSON (NaN is rejected: write None instead)."""
+    text = json.dumps(obj, indent=2, allow_nan=False) + "\n"
+    atomic_write_bytes(path, text.encode())
+
+
+def load_metrics(run_dir: pathlib.Path) -> dict[str, np.ndarray]:
+    """A run's metric columns, as NumPy arrays."""
+    with np.load(pathlib.Path(run_dir) / "metrics.npz") as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def metrics_frame(run_dir: pathlib.Path) -> Any:
+    """A run's metrics as a pandas DataFrame indexed by step; test columns NaN off-cadence."""
+    import pandas as pd  # optional dependency, only for analysis
+
+    cols = load_metrics(run_dir)
+    steps = {k: v for k, v in cols.items() if not k.startswith("test_")}
+    frame = pd.DataFrame(steps).set_index("step")
+    tests = pd.DataFrame({k: v for k, v in cols.items() if k.startswith("test_")})
+    # Test metrics are taken after `test_step` updates: the state train step `test_step` sees.
+    return frame.join(tests.set_index("test_step"), how="left")
+
+
+class Store:
+    """Run directories under `root`, keyed by the hash of the resolved config."""
+
+    def __init__(self, root: pathlib.Path | str | None = None) -> None:
+        self.root = default_root() if root is None else pathlib.Path(root)
+
+    def run_dir(self, cfg: RunConfig) -> pathlib.Path:
+        """The directory of `cfg`'s run (it may not exist yet)."""
+        return self.root / "runs" / config_hash(cfg)
+
+    def load_summary(self, cfg: RunConfig) -> dict | None:
+        """The stored summary of a finished run of `cfg`, or None if there is none."""
+        path = self.run_dir(cfg) / "summary.json"
+        if not path.is_file():
+            return None
+        summary = json.loads(path.read_text())
+        if summary.get("config") != cfg.to_dict():  # a hash collision or a hand-edited file
+            raise RuntimeError(f"{path} holds a different config than its hash says")
+        return summary
+
+    def save(self, cfg: RunConfig, metrics: Mapping[str, np.ndarray], summary: dict) -> None:
+        """Write config.json, metrics.npz, then summary.json (which marks the run finished)."""
+        run_dir = self.run_dir(cfg)
+        atomic_write_json(run_dir / "config.json", cfg.to_dict())
+        buf = io.BytesIO()
+        np.savez(buf, **{name: np.asarray(col) for name, col in metrics.items()})
+        atomic_write_bytes(run_dir / "metrics.npz", buf.getvalue())
+        atomic_write_json(run_dir / "summary.json", summary)

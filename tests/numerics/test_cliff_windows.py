@@ -1,0 +1,93 @@
+"""fp32 and fp64 (and the 16-bit types): every ulp around each cliff, and margins up to underflow.
+
+Logits [m, 0] with the target first, so the margin is m. The window covers
+2 * HALF_WIDTH + 1 consecutive values of m centred on `precision_cliff`; the
+dense sweep samples m from -40 to past the point where e^-m leaves the
+dtype's normal range.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numerics
+from numerics import oracle, standard
+from tests.tolerances import DTYPES, ULPS
+
+HALF_WIDTH = 4096
+
+
+def _margins(dtype, kind):
+    if kind == "window":
+        return oracle.ulp_window(numerics.precision_cliff(dtype), dtype, HALF_WIDTH)
+    underflow = -np.log(float(jnp.finfo(dtype).smallest_normal))
+    return np.unique(np.linspace(-40.0, 1.05 * underflow, 4001).astype(dtype))
+
+
+@functools.cache
+def _case(dtype, kind):
+    m = _margins(dtype, kind)
+    logits = np.stack([m, np.zeros_like(m)], axis=-1)
+    labels = np.zeros(m.shape, np.int64)
+    return m, logits, labels, oracle.cross_entropy_value_and_grad(logits, labels, exact=True)
+
+
+def _assert_within(name, computed, exact, dtype, bound, m):
+    err = oracle.ulp_error(computed, exact, dtype)
+    assert not np.isnan(err).any(), name
+    worst = int(np.argmax(err))
+    assert err[worst] <= bound, f"{name}: {err[worst]:.2f} ulps at m={float(m[worst])!r}"
+
+
+@pytest.mark.parametrize("kind", ["window", "dense"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fixed_cross_entropy_near_cliff_and_to_underflow(dtype, kind):
+    with jax.enable_x64(dtype == np.float64):
+        m, logits, labels, (exact_loss, exact_grad) = _case(dtype, kind)
+        loss, grad = jax.jit(jax.vmap(jax.value_and_grad(numerics.cross_entropy)))(
+            jnp.asarray(logits), jnp.asarray(labels, jnp.int32)
+        )
+    assert loss.dtype == dtype and grad.dtype == dtype
+    _assert_within("loss", loss, exact_loss, dtype, ULPS["value"][dtype], m)
+    _assert_within("target grad", grad[:, 0], exact_grad[:, 0], dtype, ULPS["grad"][dtype], m)
+    _assert_within("other grad", grad[:, 1], exact_grad[:, 1], dtype, ULPS["grad"][dtype], m)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fixed_log_softmax_and_softmax_gradient_in_cliff_window(dtype):
+    with jax.enable_x64(dtype == np.float64):
+        m, logits, _, _ = _case(dtype, "window")
+        x = jnp.asarray(logits)
+        log_probs = jax.jit(numerics.log_softmax)(x)
+        # Gradient of the dominant probability: q0 (1 - q0) on entry 0, never 1 - 1.
+        grad = jax.jit(jax.vmap(jax.grad(lambda z: numerics.softmax(z)[0])))(x)
+    exact_log = oracle.log_softmax(logits, exact=True)
+    cotangent = np.zeros_like(logits, dtype=np.float64)
+    cotangent[:, 0] = 1
+    exact_grad = oracle.softmax_vjp(logits, cotangent, exact=True)
+    _assert_within("log_softmax[0]", log_probs[:, 0], exact_log[:, 0], dtype, ULPS["value"][dtype], m)
+    _assert_within("log_softmax[1]", log_probs[:, 1], exact_log[:, 1], dtype, ULPS["value"][dtype], m)
+    for k in range(2):
+        _assert_within(f"d softmax[0] / dz{k}", grad[:, k], exact_grad[:, k], dtype,
+                       ULPS["autodiff_grad"][dtype], m)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_standard_collapses_exactly_at_the_cliff(dtype):
+    with jax.enable_x64(dtype == np.float64):
+        m, logits, labels, _ = _case(dtype, "window")
+        grad = jax.jit(jax.vmap(jax.grad(standard.cross_entropy)))(
+            jnp.asarray(logits), jnp.asarray(labels, jnp.int32)
+        )
+    target = np.asarray(grad[:, 0], np.float64)
+    first_zero = np.flatnonzero(target != 0)[-1] + 1  # zero from here on
+    assert np.all(target[:first_zero] < 0) and np.all(target[first_zero:] == 0)
+    # The collapse sits at the cliff to within SLACK ulps of m: exactly for the
+    # 16-bit types (f32 arithmetic rounded once), while XLA's f32/f64 exp is not
+    # correctly rounded, and e^-m landing an ulp above 2^-p moves the boundary.
+    at_cliff = np.searchsorted(m.astype(np.float64), numerics.precision_cliff(dtype))
+    slack = 0 if dtype.itemsize == 2 else 8
+    assert abs(first_zero - at_cliff) <= slack, (first_zero - at_cliff, float(m[first_zero]))

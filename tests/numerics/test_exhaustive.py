@@ -1,0 +1,99 @@
+"""Every finite bf16 and fp16 value m, as logits [m, 0]: fixed CE against mpmath.
+
+Both placements of the target are covered (label 0: margin m; label 1: margin
+-m). The standard CE's target gradient must be exactly zero from the precision
+cliff on, and the cliff found this way must be `precision_cliff(dtype)`.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numerics
+from numerics import oracle, standard
+from tests.tolerances import BF16, F16, ULPS
+
+SIXTEEN_BIT = [BF16, F16]
+
+
+@functools.cache
+def _sweep(dtype):
+    """(m, logits, fixed loss/grad for labels 0 and 1, oracle for label 0)."""
+    m = oracle.representable_values(dtype)
+    logits = np.stack([m, np.zeros_like(m)], axis=-1)
+    value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(numerics.cross_entropy)))
+    fixed = {
+        label: value_and_grad(jnp.asarray(logits), jnp.full(m.shape, label, jnp.int32))
+        for label in (0, 1)
+    }
+    exact = oracle.cross_entropy_value_and_grad(logits, np.zeros(m.shape, np.int64))
+    return m, logits, fixed, exact
+
+
+def _exact_for_label(m, exact, label):
+    """Oracle (loss, grad) for logits [m, 0] with the given target label."""
+    loss, grad = exact
+    if label == 0:
+        return loss, grad
+    # Target second: margin -m. That is label 0 at the value -m with the two
+    # entries swapped; the value set is symmetric, so look -m up.
+    index = np.searchsorted(m, -m)
+    return loss[index], grad[index][:, ::-1]
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=str)
+@pytest.mark.parametrize("label", [0, 1])
+def test_fixed_cross_entropy_matches_oracle_on_every_value(dtype, label):
+    m, _, fixed, exact = _sweep(dtype)
+    loss, grad = fixed[label]
+    assert loss.dtype == dtype and grad.dtype == dtype
+    exact_loss, exact_grad = _exact_for_label(m, exact, label)
+    checks = {
+        "loss": (loss, exact_loss, ULPS["value"][dtype]),
+        "grad[0]": (grad[:, 0], exact_grad[:, 0], ULPS["grad"][dtype]),
+        "grad[1]": (grad[:, 1], exact_grad[:, 1], ULPS["grad"][dtype]),
+    }
+    for name, (computed, expected, bound) in checks.items():
+        err = oracle.ulp_error(computed, expected, dtype)
+        worst = int(np.nanargmax(err))
+        assert not np.isnan(err).any(), name
+        assert err[worst] <= bound, (
+            f"{name}: {err[worst]:.2f} ulps at m={float(m[worst])!r} "
+            f"(got {float(computed[worst])!r}, exact {float(expected[worst])!r})"
+        )
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=str)
+def test_fixed_target_gradient_survives_until_underflow(dtype):
+    m, _, fixed, exact = _sweep(dtype)
+    _, grad = fixed[0]
+    tiny = float(jnp.finfo(dtype).smallest_normal)
+    representable = np.abs(exact[1][:, 0]) >= tiny
+    # Softmax Collapse would zero these; the fixed gradient keeps every one.
+    assert np.all(np.asarray(grad[:, 0], np.float64)[representable] < 0)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=str)
+def test_standard_target_gradient_is_zero_exactly_from_the_cliff(dtype):
+    m, logits, _, _ = _sweep(dtype)
+    grad = jax.jit(jax.vmap(jax.grad(standard.cross_entropy)))(
+        jnp.asarray(logits), jnp.zeros(m.shape, jnp.int32)
+    )
+    target = np.asarray(grad[:, 0], np.float64)
+    positive = m.astype(np.float64) > 0
+    zero = (target == 0) & positive
+    # The first m from which the target gradient stays exactly 0.
+    nonzero_positive = np.flatnonzero(positive & ~zero)
+    first = nonzero_positive[-1] + 1
+    assert np.all(zero[first:])
+    found = float(m[first])
+    below = float(m[first - 1])
+    cliff = numerics.precision_cliff(dtype)
+    assert below < cliff <= found, (below, cliff, found)
+    # Meanwhile the non-target gradient stays positive: the sum is no longer 0.
+    # (Up to where e^-m itself leaves the normal range.)
+    normal = m[first:].astype(np.float64) < -np.log(float(jnp.finfo(dtype).smallest_normal))
+    assert np.all(np.asarray(grad[first:, 1], np.float64)[normal] > 0)
