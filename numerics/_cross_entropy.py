@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from numerics import _checks
-from numerics._softmax import shifted_sums
+from numerics._softmax import logsumexp_or_neg_inf, shifted_sums
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
@@ -145,8 +145,10 @@ def logit_margin(logits, labels, axis: int = -1) -> jax.Array:
 
     m is how far the target logit sits above the log-sum-exp of the others; the
     standard softmax collapses once m >= `precision_cliff(dtype)`. Computed as
-    (z_t - z_max) - log sum_{j != t} e^(z_j - z_max), never through the loss, so
-    it is accurate at any size (and +inf for K = 1).
+    -log sum_{j != t} e^(z_j - z_t) with its own max shift, never through the
+    loss, so it is accurate at any size, also far past exponent underflow (and
+    +inf for K = 1). A metric, not a training loss: it uses an index mask and
+    costs more than `cross_entropy`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -164,10 +166,12 @@ def logit_margin(logits, labels, axis: int = -1) -> jax.Array:
       Margins of shape `labels.shape`, in the dtype of `logits`.
     """
     logits, labels, _ = prepare(logits, labels, axis)
-    _, shift_t, s_others, _ = _normalizers(logits, labels, None)
-    # m = (z_t - z_max) - log(S_others): with S_others >= 1 unless t is the argmax,
-    # a difference of a non-positive and a non-negative term, or -log(e^-m) itself.
-    margin = (shift_t - jnp.log(s_others))[..., 0]
+    iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
+    z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
+    # -m = log sum_{j != t} e^(z_j - z_t), with its own max shift, so m stays finite
+    # and accurate even where e^-m is far below the dtype's range.
+    others = jnp.where(iota == labels[..., None], -jnp.inf, logits - z_t)
+    margin = -logsumexp_or_neg_inf(others)[..., 0]
     num_classes = logits.shape[-1]
     valid = (labels >= 0) & (labels < num_classes)
     return jnp.where(valid, margin, jnp.nan)

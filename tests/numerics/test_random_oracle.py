@@ -1,0 +1,117 @@
+"""Random rows against mpmath: K from 2 to 50,000, logit scales, planted margins.
+
+Inputs are drawn in float64, planted, then rounded to the dtype; the oracle reads
+the rounded values. Bounds come from `tolerances.general_bound`: the table entry
+plus the conditioning every in-dtype implementation inherits (the rounding of
+z_j - z_max amplified by exp, and log2(K) roundings in each sum).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numerics
+from numerics import oracle
+from tests.tolerances import DTYPES, general_bound
+
+# (K, logit scale, planted margin): small and huge K, flat and spread logits,
+# margins below, at and far past every cliff.
+CASES = [
+    (2, 1.0, 0.5), (3, 5.0, 30.0), (10, 0.1, 12.0), (10, 3.0, -4.0),
+    (100, 2.0, 17.0), (100, 10.0, 40.0), (1000, 1.0, 6.0), (50000, 1.0, 20.0),
+]
+
+
+def _planted(rng, k, scale, margin, dtype):
+    z = scale * rng.standard_normal(k)
+    t = int(rng.integers(k))
+    others = np.delete(z, t)
+    lse = others.max() + np.log(np.sum(np.exp(others - others.max())))
+    z[t] = lse + margin
+    return z.astype(dtype), t
+
+
+def _weighted_gap(gaps, exclude):
+    """Conditioning of a sum of e^-gap_j over j != exclude: the e^-gap-weighted mean gap.
+
+    A sum of positive terms is as relatively accurate as the weighted mean of its
+    terms' relative errors, and e^-gap carries |gap| / 2 ulps from the rounding
+    of the difference z_j - z_max.
+    """
+    weights = np.exp(-gaps)
+    weights[exclude] = 0
+    return np.sum(weights * gaps) / max(np.sum(weights), 1e-300)
+
+
+def _check(name, computed, exact, bound, dtype):
+    err = oracle.ulp_error(computed, exact, dtype)
+    assert not np.isnan(err).any(), name
+    excess = err - bound
+    worst = int(np.argmax(excess))
+    assert excess[worst] <= 0, f"{name}: {err[worst]:.1f} ulps > bound {bound[worst]:.1f}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("k", "scale", "margin"), CASES)
+def test_cross_entropy_random_rows(dtype, k, scale, margin):
+    rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000])
+    z, t = _planted(rng, k, scale, margin, dtype)
+    with jax.enable_x64(dtype == np.float64):
+        loss, grad = jax.value_and_grad(numerics.cross_entropy)(jnp.asarray(z), jnp.asarray(t))
+        margin_ours = numerics.logit_margin(jnp.asarray(z), jnp.asarray(t))
+    exact_loss, exact_grad = oracle.cross_entropy_value_and_grad(z[None], np.array([t]), exact=True)
+    gaps = z.astype(np.float64).max() - z.astype(np.float64)
+    grad_conditioning = gaps.copy()
+    grad_conditioning[t] = _weighted_gap(gaps, t)
+    _check("loss", np.atleast_1d(loss), exact_loss, general_bound("value", dtype, gaps.max(), k)[None], dtype)
+    _check("grad", grad, exact_grad[0], general_bound("grad", dtype, grad_conditioning, k), dtype)
+    exact_margin = oracle.logit_margin(z[None], np.array([t]), exact=True)
+    _check("margin", np.atleast_1d(margin_ours), exact_margin,
+           general_bound("value", dtype, gaps.max(), k)[None], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("k", "scale", "margin"), CASES[:-1])
+def test_log_softmax_and_softmax_random_rows(dtype, k, scale, margin):
+    rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000, 1])
+    z, _ = _planted(rng, k, scale, margin, dtype)
+    with jax.enable_x64(dtype == np.float64):
+        log_probs = numerics.log_softmax(jnp.asarray(z))
+        probs = numerics.softmax(jnp.asarray(z))
+    gaps = z.astype(np.float64).max() - z.astype(np.float64)
+    # log q_k = -gap_k - log1p(S - 1): log1p(S - 1) carries the sum's conditioning.
+    log_conditioning = np.full(k, _weighted_gap(gaps, int(np.argmin(gaps))))
+    _check("log_softmax", log_probs, oracle.log_softmax(z, exact=True),
+           general_bound("value", dtype, log_conditioning, k), dtype)
+    _check("softmax", probs, oracle.softmax(z, exact=True), general_bound("value", dtype, gaps, k), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("k", "scale", "margin"), CASES[:-1])
+@pytest.mark.parametrize("distance", [0.0, 1e-6, 1e-2, 1.0])
+def test_soft_target_random_rows(dtype, k, scale, margin, distance):
+    rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000, 2])
+    teacher, _ = _planted(rng, k, scale, margin, dtype)
+    student = (teacher.astype(np.float64) + distance * rng.standard_normal(k)).astype(dtype)
+    with jax.enable_x64(dtype == np.float64):
+        loss, grad = jax.value_and_grad(numerics.soft_target_cross_entropy)(
+            jnp.asarray(student), jnp.asarray(teacher)
+        )
+    exact_loss, exact_grad = oracle.soft_target_cross_entropy_value_and_grad(student, teacher, exact=True)
+    if distance == 0.0:
+        assert np.all(np.asarray(grad) == 0)  # exactly, not approximately
+    gaps = np.maximum(student.max() - student, teacher.max() - teacher).astype(np.float64)
+    # The gradient q - p is small next to q and p; its error is measured in ulps of
+    # the larger of p_k and q_k, the scale of the numbers it is computed from.
+    scale_of = np.maximum(np.abs(np.asarray(oracle.softmax(student), np.float64)),
+                          np.abs(np.asarray(oracle.softmax(teacher), np.float64)))
+    # XLA flushes subnormal results to zero, so up to one smallest-normal of
+    # absolute error is the hardware's, not the formula's.
+    tiny = float(jnp.finfo(dtype).smallest_normal)
+    diff = np.abs(np.asarray(grad, np.float64) - exact_grad.astype(np.float64))
+    err = np.maximum(diff - tiny, 0) / oracle.ulp(scale_of, dtype)
+    bound = general_bound("grad", dtype, gaps, k) + 2 * np.log2(k)
+    assert np.all(err <= bound), f"grad: {err.max():.1f} ulps of max(p, q)"
+    loss_err = oracle.ulp_error(np.atleast_1d(loss), exact_loss, dtype)
+    assert loss_err[0] <= general_bound("value", dtype, gaps.max(), k) + np.log2(k)
