@@ -68,14 +68,19 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
     args = parser.parse_args()
-    print(f"value_and_grad of the summed loss on ({args.rows}, {args.classes}) logits, "
-          f"median of {args.reps} interleaved runs; {jax.devices()[0].device_kind}")
+    print(
+        f"value_and_grad of the summed loss on ({args.rows}, {args.classes}) logits, "
+        f"median of {args.reps} interleaved runs; {jax.devices()[0].device_kind}"
+    )
     print(f"{'dtype':<9} {'function':<17} {'median ms':>10} {'ratio':>7}")
     for dtype in args.dtypes:
         med = _bench(args.rows, args.classes, args.reps, jnp.dtype(dtype))
-        base = {"optax CE": med["optax CE"], "fixed CE": med["optax CE"],
-                "standard soft CE": med["standard soft CE"],
-                "fixed soft CE": med["standard soft CE"]}
+        base = {
+            "optax CE": med["optax CE"],
+            "fixed CE": med["optax CE"],
+            "standard soft CE": med["standard soft CE"],
+            "fixed soft CE": med["standard soft CE"],
+        }
         for name, t in med.items():
             print(f"{dtype:<9} {name:<17} {1e3 * t:>10.1f} {t / base[name]:>7.3f}")
 

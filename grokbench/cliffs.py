@@ -89,9 +89,11 @@ def measure(dtype_name: str) -> CliffRow:
         if float(at_cliff[0]) < cliff:
             at_cliff = np.nextafter(at_cliff, np.array(np.inf, dtype))
         fixed_at = float(fixed_grad(jnp.asarray(at_cliff))[0])
-    true_at = float(numerics.oracle.cross_entropy_grad(
-        np.stack([at_cliff.astype(np.float64), np.zeros(1)], -1), np.zeros(1, int)
-    )[0, 0])
+    true_at = float(
+        numerics.oracle.cross_entropy_grad(
+            np.stack([at_cliff.astype(np.float64), np.zeros(1)], -1), np.zeros(1, int)
+        )[0, 0]
+    )
     return CliffRow(
         dtype=dtype_name,
         significand_bits=ml_dtypes.finfo(dtype).nmant + 1,

@@ -74,9 +74,7 @@ def check_labels(labels, logits: jax.Array, axis: int) -> jax.Array:
         host = np.asarray(labels)
         lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= num_classes:
-            raise ValueError(
-                f"labels must lie in [0, {num_classes}); got values in [{lo}, {hi}]."
-            )
+            raise ValueError(f"labels must lie in [0, {num_classes}); got values in [{lo}, {hi}].")
     return labels
 
 

@@ -51,17 +51,23 @@ def _soft_target_bwd(residuals, cotangent):
     p = _teacher_probs(teacher, t_max, t_sum)
     zero = jnp.zeros((), student.dtype)
     # Work from the logit difference, never from q and p rounded separately.
+    # (Where p = 0 the difference may be inf - inf; it is weighted by p anyway.)
     delta = jnp.where(p > 0, student - teacher, zero)
     # Centre delta under p, so sum_i p_i d_i = 0 and the log1p argument below is
     # second order in d (and >= 0, since expm1(x) >= x).
     d = delta - jnp.sum(p * delta, axis=-1, keepdims=True)
     # s_k = log(q_k / p_k), the log-ratio, with the normaliser ratio taken as
     # log1p of a small sum instead of a difference of two log-sum-exps.
-    s = d - jnp.log1p(jnp.sum(p * jnp.expm1(d), axis=-1, keepdims=True))
+    # Classes whose p rounds to 0 (z_T = -inf, or e^(z_T - z_max) underflowing)
+    # drop out of sum_i p_i e^d_i although their true term R q_i is not 0: put
+    # their student mass q_dead back, R = (sum over p > 0) / (1 - q_dead).
+    q_dead = jnp.sum(jnp.where(p > 0, zero, q), axis=-1, keepdims=True)
+    s = d - jnp.log1p(jnp.sum(p * jnp.expm1(d), axis=-1, keepdims=True)) + jnp.log1p(-q_dead)
     # u_k = q_k - p_k = p_k expm1(s_k): no subtraction of nearly equal numbers.
     # Where |s| >= 1 the plain difference is accurate, and it avoids 0 * inf when
     # p_k underflows while expm1(s_k) overflows.
-    u = jnp.where(jnp.abs(s) < 1, p * jnp.expm1(s), q - p)
+    # Classes the teacher rules out (p = 0, z_T = -inf) have s = +inf: u = q there.
+    u = jnp.where((jnp.abs(s) < 1) & (p > 0), p * jnp.expm1(s), q - p)
     # Remove the rounding residue of sum(u) along q, so the gradient sums to zero.
     grad_student = u - q * jnp.sum(u, axis=-1, keepdims=True)
     # dL/dz_T = -p (log q + L): exact for the forward loss, for users who also

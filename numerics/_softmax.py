@@ -112,7 +112,7 @@ def log_softmax(x, axis: int = -1, where=None) -> jax.Array:
     Example:
       >>> import jax.numpy as jnp
       >>> log_softmax(jnp.array([9.0, -9.0, -9.0]))  # jax.nn gives 0.0 first
-      Array([-3.0460e-08, -1.8000e+01, -1.8000e+01], dtype=float32)
+      Array([-3.0459972e-08, -1.8000000e+01, -1.8000000e+01], dtype=float32)
 
     Edge cases: -inf entries get -inf; a +inf entry gets 0 and the others -inf;
     NaN anywhere in a row makes the whole row NaN; a row of only -inf is 0/0 and
@@ -145,7 +145,7 @@ def softmax(x, axis: int = -1, where=None) -> jax.Array:
     Example:
       >>> import jax, jax.numpy as jnp
       >>> jax.grad(lambda z: softmax(z)[0])(jnp.array([9.0, -9.0, -9.0]))
-      Array([ 3.0460e-08, -1.5230e-08, -1.5230e-08], dtype=float32)
+      Array([ 3.0459969e-08, -1.5229984e-08, -1.5229984e-08], dtype=float32)
 
     Edge cases as `log_softmax`: masked entries and fully masked rows give 0,
     NaN propagates to the whole row.

@@ -63,7 +63,11 @@ def _log_softmax_row(row: np.ndarray, kept: np.ndarray) -> list:
 def log_softmax(x, axis: int = -1, where=None, *, exact: bool = False) -> np.ndarray:
     """Reference log_softmax (masked entries -inf, NaN rows NaN)."""
     rows, shape = _rows(x, axis)
-    masks = np.ones(rows.shape, bool) if where is None else _rows(np.broadcast_to(where, np.shape(x)), axis)[0].astype(bool)
+    masks = (
+        np.ones(rows.shape, bool)
+        if where is None
+        else _rows(np.broadcast_to(where, np.shape(x)), axis)[0].astype(bool)
+    )
     with mpmath.workprec(PRECISION_BITS):
         out = [_log_softmax_row(r, m) for r, m in zip(rows, masks, strict=True)]
     return _finish(out, shape, axis, exact)
@@ -78,7 +82,7 @@ def softmax(x, axis: int = -1, where=None, *, exact: bool = False) -> np.ndarray
 
 
 def _vjp_rows(x, cotangent, axis: int):
-    rows, shape = _rows(x, axis)
+    rows, _ = _rows(x, axis)
     cots, _ = _rows(np.broadcast_to(cotangent, np.shape(x)), axis)
     for row, cot in zip(rows, cots, strict=True):
         q = [mpmath.exp(v) for v in _log_softmax_row(row, np.ones(len(row), bool))]
@@ -93,8 +97,10 @@ def softmax_vjp(x, cotangent, axis: int = -1, *, exact: bool = False) -> np.ndar
     shape = np.moveaxis(np.asarray(x), axis, -1).shape
     with mpmath.workprec(PRECISION_BITS):
         out = [
-            [qk * mpmath.fsum(qj * (ck - cj) for qj, cj in zip(q, c, strict=True))
-             for qk, ck in zip(q, c, strict=True)]
+            [
+                qk * mpmath.fsum(qj * (ck - cj) for qj, cj in zip(q, c, strict=True))
+                for qk, ck in zip(q, c, strict=True)
+            ]
             for q, c in _vjp_rows(x, cotangent, axis)
         ]
     return _finish(out, shape, axis, exact)
@@ -110,11 +116,13 @@ def log_softmax_vjp(x, cotangent, axis: int = -1, *, exact: bool = False) -> np.
         out = []
         for q, c in _vjp_rows(x, cotangent, axis):
             k_range = range(len(q))
-            out.append([
-                c[k] * mpmath.fsum(q[j] for j in k_range if j != k)
-                - q[k] * mpmath.fsum(c[j] for j in k_range if j != k)
-                for k in k_range
-            ])
+            out.append(
+                [
+                    c[k] * mpmath.fsum(q[j] for j in k_range if j != k)
+                    - q[k] * mpmath.fsum(c[j] for j in k_range if j != k)
+                    for k in k_range
+                ]
+            )
     return _finish(out, shape, axis, exact)
 
 
@@ -174,7 +182,10 @@ def _soft_target_row(student: np.ndarray, teacher: np.ndarray):
     log_p = _log_softmax_row(teacher, np.ones(k, bool))
     p = [mpmath.exp(v) for v in log_p]
     loss = -mpmath.fsum(a * b for a, b in zip(p, log_q, strict=True) if a != 0)
-    delta = [_mp(s) - _mp(t) if pk != 0 else mpmath.mpf(0) for s, t, pk in zip(student, teacher, p, strict=True)]
+    delta = [
+        _mp(s) - _mp(t) if pk != 0 else mpmath.mpf(0)
+        for s, t, pk in zip(student, teacher, p, strict=True)
+    ]
     # log(Z_S / Z_T) = log1p(sum_i p_i expm1(delta_i)): exact even though the
     # p_i only sum to 1 within 2^-PRECISION_BITS, so tiny deltas stay accurate.
     ratio = mpmath.log1p(mpmath.fsum(pk * mpmath.expm1(d) for pk, d in zip(p, delta, strict=True)))
@@ -205,16 +216,18 @@ def soft_target_cross_entropy_value_and_grad(
     return loss, _finish(grads, shape, axis, exact)
 
 
-def soft_target_cross_entropy(student_logits, teacher_logits, axis: int = -1,
-                              temperature: float = 1.0, *, exact: bool = False) -> np.ndarray:
+def soft_target_cross_entropy(
+    student_logits, teacher_logits, axis: int = -1, temperature: float = 1.0, *, exact: bool = False
+) -> np.ndarray:
     """Reference soft-target cross-entropy -sum_k p_k log q_k."""
     return soft_target_cross_entropy_value_and_grad(
         student_logits, teacher_logits, axis, temperature, exact=exact
     )[0]
 
 
-def soft_target_cross_entropy_grad(student_logits, teacher_logits, axis: int = -1,
-                                   temperature: float = 1.0, *, exact: bool = False) -> np.ndarray:
+def soft_target_cross_entropy_grad(
+    student_logits, teacher_logits, axis: int = -1, temperature: float = 1.0, *, exact: bool = False
+) -> np.ndarray:
     """Reference gradient (q - p) / T of soft-target cross-entropy w.r.t. the student."""
     return soft_target_cross_entropy_value_and_grad(
         student_logits, teacher_logits, axis, temperature, exact=exact
@@ -292,12 +305,14 @@ def ulp_error(computed, exact, dtype, flush_to_zero: bool = True) -> np.ndarray:
     computed = np.asarray(computed).astype(np.float64)
     with mpmath.workprec(PRECISION_BITS):
         if exact.dtype == object:
-            diff = np.vectorize(lambda c, e: float(abs(mpmath.mpf(c) - e)), otypes=[float])(computed, exact)
+            diff = np.vectorize(lambda c, e: float(abs(mpmath.mpf(c) - e)), otypes=[float])(
+                computed, exact
+            )
             exact = exact.astype(np.float64)
         else:
             with np.errstate(invalid="ignore"):  # inf - inf, handled by `same`
                 diff = np.abs(computed - exact)
-    same = (computed == exact)  # covers equal infinities, where diff is NaN
+    same = computed == exact  # covers equal infinities, where diff is NaN
     err = np.where(same, 0.0, diff / ulp(exact, dtype))
     if flush_to_zero:
         tiny = float(ml_dtypes.finfo(dtype).smallest_normal)

@@ -1,22 +1,7 @@
-"""Strict JAX for every test (STYLE.md 12).
+"""Shared fixtures; the strict JAX settings live in the root conftest.py."""
 
-Two host devices so sharding paths run on a laptop; dtype promotion strict and
-rank promotion raising, so an accidental upcast or broadcast is a test failure,
-not a silent change of precision. Warnings are errors (pyproject.toml).
-"""
-
-import os
-
-# Must be set before jax initialises its backends.
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
-).strip()
-
-import jax  # noqa: E402
-import pytest  # noqa: E402
-
-jax.config.update("jax_numpy_dtype_promotion", "strict")
-jax.config.update("jax_numpy_rank_promotion", "raise")
+import jax
+import pytest
 
 
 @pytest.fixture

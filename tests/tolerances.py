@@ -9,8 +9,12 @@ exact: XLA's CPU kernels flush subnormal results to zero.
 import jax.numpy as jnp
 import numpy as np
 
-BF16, F16, F32, F64 = (np.dtype(jnp.bfloat16), np.dtype(np.float16),
-                       np.dtype(np.float32), np.dtype(np.float64))
+BF16, F16, F32, F64 = (
+    np.dtype(jnp.bfloat16),
+    np.dtype(np.float16),
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+)
 DTYPES = (BF16, F16, F32, F64)
 
 # Bounds for inputs whose differences z_j - z_max are exact (the exhaustive
@@ -28,6 +32,7 @@ ULPS = {
     "autodiff_grad": {BF16: 4.0, F16: 4.0, F32: 4.0, F64: 4.0},
 }
 
+
 # For general inputs, z_j - z_max is itself rounded (relative error up to 2^-p),
 # and exp turns that into a relative error |z_j - z_max| 2^-p of its result:
 # between |z_j - z_max| / 2 and |z_j - z_max| ulps, depending on where the result
@@ -36,5 +41,8 @@ ULPS = {
 def general_bound(kind: str, dtype, exponent_args, num_classes: int) -> np.ndarray:
     """Per-element bound: the table entry plus the conditioning of exp and the sum."""
     dtype = np.dtype(dtype)
-    return (ULPS[kind][dtype] + np.abs(np.asarray(exponent_args, np.float64))
-            + np.log2(max(num_classes, 2)))
+    return (
+        ULPS[kind][dtype]
+        + np.abs(np.asarray(exponent_args, np.float64))
+        + np.log2(max(num_classes, 2))
+    )

@@ -68,11 +68,21 @@ def test_fixed_log_softmax_and_softmax_gradient_in_cliff_window(dtype):
     cotangent = np.zeros_like(logits, dtype=np.float64)
     cotangent[:, 0] = 1
     exact_grad = oracle.softmax_vjp(logits, cotangent, exact=True)
-    _assert_within("log_softmax[0]", log_probs[:, 0], exact_log[:, 0], dtype, ULPS["value"][dtype], m)
-    _assert_within("log_softmax[1]", log_probs[:, 1], exact_log[:, 1], dtype, ULPS["value"][dtype], m)
+    _assert_within(
+        "log_softmax[0]", log_probs[:, 0], exact_log[:, 0], dtype, ULPS["value"][dtype], m
+    )
+    _assert_within(
+        "log_softmax[1]", log_probs[:, 1], exact_log[:, 1], dtype, ULPS["value"][dtype], m
+    )
     for k in range(2):
-        _assert_within(f"d softmax[0] / dz{k}", grad[:, k], exact_grad[:, k], dtype,
-                       ULPS["autodiff_grad"][dtype], m)
+        _assert_within(
+            f"d softmax[0] / dz{k}",
+            grad[:, k],
+            exact_grad[:, k],
+            dtype,
+            ULPS["autodiff_grad"][dtype],
+            m,
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

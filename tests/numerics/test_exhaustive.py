@@ -68,7 +68,7 @@ def test_fixed_cross_entropy_matches_oracle_on_every_value(dtype, label):
 
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=str)
 def test_fixed_target_gradient_survives_until_underflow(dtype):
-    m, _, fixed, exact = _sweep(dtype)
+    _, _, fixed, exact = _sweep(dtype)
     _, grad = fixed[0]
     tiny = float(jnp.finfo(dtype).smallest_normal)
     representable = np.abs(exact[1][:, 0]) >= tiny

@@ -18,8 +18,14 @@ from tests.tolerances import DTYPES, general_bound
 # (K, logit scale, planted margin): small and huge K, flat and spread logits,
 # margins below, at and far past every cliff.
 CASES = [
-    (2, 1.0, 0.5), (3, 5.0, 30.0), (10, 0.1, 12.0), (10, 3.0, -4.0),
-    (100, 2.0, 17.0), (100, 10.0, 40.0), (1000, 1.0, 6.0), (50000, 1.0, 20.0),
+    (2, 1.0, 0.5),
+    (3, 5.0, 30.0),
+    (10, 0.1, 12.0),
+    (10, 3.0, -4.0),
+    (100, 2.0, 17.0),
+    (100, 10.0, 40.0),
+    (1000, 1.0, 6.0),
+    (50000, 1.0, 20.0),
 ]
 
 
@@ -64,11 +70,22 @@ def test_cross_entropy_random_rows(dtype, k, scale, margin):
     gaps = z.astype(np.float64).max() - z.astype(np.float64)
     grad_conditioning = gaps.copy()
     grad_conditioning[t] = _weighted_gap(gaps, t)
-    _check("loss", np.atleast_1d(loss), exact_loss, general_bound("value", dtype, gaps.max(), k)[None], dtype)
+    _check(
+        "loss",
+        np.atleast_1d(loss),
+        exact_loss,
+        general_bound("value", dtype, gaps.max(), k)[None],
+        dtype,
+    )
     _check("grad", grad, exact_grad[0], general_bound("grad", dtype, grad_conditioning, k), dtype)
     exact_margin = oracle.logit_margin(z[None], np.array([t]), exact=True)
-    _check("margin", np.atleast_1d(margin_ours), exact_margin,
-           general_bound("value", dtype, gaps.max(), k)[None], dtype)
+    _check(
+        "margin",
+        np.atleast_1d(margin_ours),
+        exact_margin,
+        general_bound("value", dtype, gaps.max(), k)[None],
+        dtype,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -82,9 +99,20 @@ def test_log_softmax_and_softmax_random_rows(dtype, k, scale, margin):
     gaps = z.astype(np.float64).max() - z.astype(np.float64)
     # log q_k = -gap_k - log1p(S - 1): log1p(S - 1) carries the sum's conditioning.
     log_conditioning = np.full(k, _weighted_gap(gaps, int(np.argmin(gaps))))
-    _check("log_softmax", log_probs, oracle.log_softmax(z, exact=True),
-           general_bound("value", dtype, log_conditioning, k), dtype)
-    _check("softmax", probs, oracle.softmax(z, exact=True), general_bound("value", dtype, gaps, k), dtype)
+    _check(
+        "log_softmax",
+        log_probs,
+        oracle.log_softmax(z, exact=True),
+        general_bound("value", dtype, log_conditioning, k),
+        dtype,
+    )
+    _check(
+        "softmax",
+        probs,
+        oracle.softmax(z, exact=True),
+        general_bound("value", dtype, gaps, k),
+        dtype,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -98,14 +126,18 @@ def test_soft_target_random_rows(dtype, k, scale, margin, distance):
         loss, grad = jax.value_and_grad(numerics.soft_target_cross_entropy)(
             jnp.asarray(student), jnp.asarray(teacher)
         )
-    exact_loss, exact_grad = oracle.soft_target_cross_entropy_value_and_grad(student, teacher, exact=True)
+    exact_loss, exact_grad = oracle.soft_target_cross_entropy_value_and_grad(
+        student, teacher, exact=True
+    )
     if distance == 0.0:
         assert np.all(np.asarray(grad) == 0)  # exactly, not approximately
     gaps = np.maximum(student.max() - student, teacher.max() - teacher).astype(np.float64)
     # The gradient q - p is small next to q and p; its error is measured in ulps of
     # the larger of p_k and q_k, the scale of the numbers it is computed from.
-    scale_of = np.maximum(np.abs(np.asarray(oracle.softmax(student), np.float64)),
-                          np.abs(np.asarray(oracle.softmax(teacher), np.float64)))
+    scale_of = np.maximum(
+        np.abs(np.asarray(oracle.softmax(student), np.float64)),
+        np.abs(np.asarray(oracle.softmax(teacher), np.float64)),
+    )
     # XLA flushes subnormal results to zero, so up to one smallest-normal of
     # absolute error is the hardware's, not the formula's.
     tiny = float(jnp.finfo(dtype).smallest_normal)

@@ -1,0 +1,334 @@
+"""The public contract of `numerics`: names, dtypes, shapes, errors, edge cases, baselines."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import numerics
+from numerics import oracle, standard
+from tests.tolerances import BF16, DTYPES, F32
+
+LOSSES = [
+    numerics.cross_entropy,
+    standard.cross_entropy,
+    numerics.stablemax_cross_entropy,
+    numerics.zero_sum_cross_entropy,
+]
+SOFT = [numerics.soft_target_cross_entropy, standard.soft_target_cross_entropy]
+NORMALIZERS = [numerics.log_softmax, numerics.softmax, standard.log_softmax, standard.softmax]
+
+
+def test_every_export_has_a_docstring():
+    for name in numerics.__all__:
+        assert getattr(numerics, name).__doc__, name
+    for name in ["log_softmax", "softmax", "cross_entropy", "soft_target_cross_entropy"]:
+        assert getattr(standard, name).__doc__, name
+
+
+@pytest.mark.parametrize(
+    ("dtype", "cliff"), [(BF16, 5.545), (np.float16, 7.625), (F32, 16.636), (np.float64, 36.737)]
+)
+def test_precision_cliff_values(dtype, cliff):
+    assert numerics.precision_cliff(dtype) == pytest.approx(cliff, abs=5e-4)
+    assert numerics.precision_cliff(dtype) == oracle.precision_cliff(jnp.finfo(dtype).nmant + 1)
+
+
+def test_precision_cliff_and_equilibrium_reject_bad_input():
+    with pytest.raises(TypeError):
+        numerics.precision_cliff(np.int32)
+    with pytest.raises(ValueError):
+        numerics.equilibrium_margin(-1e-8)
+    assert numerics.equilibrium_margin(0.0) == np.inf
+    assert [round(numerics.equilibrium_margin(e), 2) for e in (1e-8, 1e-12, 1e-16)] == [
+        18.42,
+        27.63,
+        36.84,
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("loss", LOSSES)
+def test_losses_keep_dtype_and_batch_shape(dtype, loss):
+    z = jnp.zeros((2, 3, 5), dtype)
+    labels = jnp.zeros((2, 3), jnp.int32)
+    with jax.enable_x64(dtype == np.float64):
+        out = loss(z, labels)
+        grad = jax.grad(lambda z: loss(z, labels).sum())(z)
+        assert out.shape == (2, 3) and out.dtype == dtype
+        assert grad.shape == z.shape and grad.dtype == dtype
+        # The class axis can sit anywhere.
+        moved = loss(jnp.moveaxis(z, -1, 1), labels, axis=1)
+        np.testing.assert_array_equal(np.asarray(moved), np.asarray(out))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("fn", NORMALIZERS + SOFT)
+def test_normalizers_and_soft_targets_keep_dtype(dtype, fn):
+    z = jnp.linspace(-3, 3, 12).astype(dtype).reshape(3, 4)
+    with jax.enable_x64(dtype == np.float64):
+        out = fn(z, z) if fn in SOFT else fn(z)
+    assert out.dtype == dtype
+    assert out.shape == ((3,) if fn in SOFT else (3, 4))
+
+
+def test_empty_batch_and_single_class():
+    empty = numerics.cross_entropy(jnp.zeros((0, 4)), jnp.zeros((0,), jnp.int32))
+    assert empty.shape == (0,)
+    loss, grad = jax.value_and_grad(numerics.cross_entropy)(jnp.array([3.0]), jnp.array(0))
+    assert float(loss) == 0.0 and float(grad[0]) == 0.0
+    assert float(numerics.logit_margin(jnp.array([3.0]), jnp.array(0))) == np.inf
+    np.testing.assert_array_equal(numerics.log_softmax(jnp.array([[5.0]])), [[0.0]])
+
+
+def test_bad_inputs_raise_clear_errors():
+    z = jnp.zeros((2, 3))
+    with pytest.raises(TypeError, match="floating-point"):
+        numerics.cross_entropy(jnp.zeros((2, 3), jnp.int32), jnp.zeros(2, jnp.int32))
+    with pytest.raises(TypeError, match="integer"):
+        numerics.cross_entropy(z, jnp.zeros(2))
+    with pytest.raises(ValueError, match="shape"):
+        numerics.cross_entropy(z, jnp.zeros(3, jnp.int32))
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        numerics.cross_entropy(z, jnp.array([0, 3]))
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        numerics.cross_entropy(z, jnp.array([-1, 0]))
+    with pytest.raises(ValueError, match="axis"):
+        numerics.log_softmax(z, axis=2)
+    with pytest.raises(TypeError, match="boolean"):
+        numerics.softmax(z, where=jnp.ones((2, 3)))
+    with pytest.raises(TypeError, match="floating-point"):
+        numerics.soft_target_cross_entropy(z, jnp.zeros((2, 3), jnp.int32))
+    with pytest.raises(TypeError, match="same dtype"):
+        numerics.soft_target_cross_entropy(z, jnp.zeros((2, 3), jnp.bfloat16))
+    with pytest.raises(ValueError, match="same shape"):
+        numerics.soft_target_cross_entropy(z, jnp.zeros((2, 4)))
+    with pytest.raises(ValueError, match="temperature"):
+        numerics.soft_target_cross_entropy(z, z, temperature=0.0)
+
+
+def test_out_of_range_labels_under_jit_give_nan():
+    z = jnp.zeros((3, 4))
+    labels = jnp.array([0, 4, -1])
+    loss, grad = (
+        jax.jit(jax.value_and_grad(lambda z, t: numerics.cross_entropy(z, t).sum(), has_aux=False))(
+            z, labels
+        ),
+        None,
+    )
+    per_row = jax.jit(numerics.cross_entropy)(z, labels)
+    assert np.isfinite(per_row[0]) and np.isnan(per_row[1]) and np.isnan(per_row[2])
+    grads = jax.jit(jax.grad(lambda z, t: numerics.cross_entropy(z, t).sum()))(z, labels)
+    assert np.all(np.isfinite(grads[0])) and np.all(np.isnan(grads[1:]))
+    del loss, grad
+
+
+@pytest.mark.parametrize("fn", [numerics.log_softmax, numerics.softmax])
+def test_nan_propagates_to_the_row(fn):
+    z = jnp.array([[1.0, jnp.nan, 2.0], [1.0, 2.0, 3.0]])
+    out = np.asarray(fn(z))
+    assert np.all(np.isnan(out[0])) and np.all(np.isfinite(out[1]))
+
+
+def test_nan_propagates_through_losses():
+    z = jnp.array([[1.0, jnp.nan, 2.0], [1.0, 2.0, 3.0]])
+    loss = numerics.cross_entropy(z, jnp.array([0, 0]))
+    assert np.isnan(loss[0]) and np.isfinite(loss[1])
+    soft = numerics.soft_target_cross_entropy(z, jnp.ones_like(z))
+    assert np.isnan(soft[0]) and np.isfinite(soft[1])
+    assert np.isnan(numerics.logit_margin(z, jnp.array([0, 0]))[0])
+
+
+def test_infinite_and_huge_logits():
+    # STYLE.md 10: [36., 10000.] and -inf entries.
+    loss, grad = jax.value_and_grad(numerics.cross_entropy)(
+        jnp.array([36.0, 10000.0]), jnp.array(1)
+    )
+    assert float(loss) == 0.0 and np.all(np.asarray(grad) == 0.0)  # e^-9964 underflows
+    loss, grad = jax.value_and_grad(numerics.cross_entropy)(
+        jnp.array([36.0, 10000.0]), jnp.array(0)
+    )
+    assert float(loss) == 9964.0 and np.asarray(grad).tolist() == [-1.0, 1.0]
+    z = jnp.array([-jnp.inf, 0.0, 1.0])
+    loss, grad = jax.value_and_grad(numerics.cross_entropy)(z, jnp.array(2))
+    assert np.isfinite(loss) and float(grad[0]) == 0.0
+    np.testing.assert_array_equal(
+        np.asarray(numerics.log_softmax(jnp.array([jnp.inf, 0.0]))), [0.0, -np.inf]
+    )
+    g = jax.grad(lambda z: numerics.log_softmax(z)[1])(jnp.array([-jnp.inf, 0.0]))
+    assert np.all(np.isfinite(g))
+
+
+def test_masks():
+    z = jnp.array([[1.0, 2.0, 3.0, 4.0]])
+    keep = jnp.array([[True, False, True, True]])
+    logs = numerics.log_softmax(z, where=keep)
+    assert logs[0, 1] == -np.inf
+    np.testing.assert_allclose(logs[0, [0, 2, 3]], jax.nn.log_softmax(z[0, [0, 2, 3]]), rtol=1e-6)
+    assert numerics.softmax(z, where=keep)[0, 1] == 0
+    # Fully masked rows: -inf log-probabilities, 0 probabilities.
+    none = jnp.zeros_like(keep)
+    assert np.all(np.asarray(numerics.log_softmax(z, where=none)) == -np.inf)
+    assert np.all(np.asarray(numerics.softmax(z, where=none)) == 0)
+    # Cross-entropy over the kept entries equals cross-entropy on the subset.
+    loss, grad = jax.value_and_grad(
+        lambda z: numerics.cross_entropy(z, jnp.array([2]), where=keep)[0]
+    )(z)
+    sub_loss, sub_grad = jax.value_and_grad(lambda z: numerics.cross_entropy(z, jnp.array(1)))(
+        z[0, [0, 2, 3]]
+    )
+    np.testing.assert_allclose(loss, sub_loss, rtol=1e-6)
+    np.testing.assert_allclose(grad[0, [0, 2, 3]], sub_grad, rtol=1e-6)
+    assert grad[0, 1] == 0
+    # A masked-out target is an error, reported as NaN.
+    assert np.isnan(numerics.cross_entropy(z, jnp.array([1]), where=keep)[0])
+
+
+def test_jit_and_vmap_agree_with_eager():
+    z = jax.random.normal(jax.random.key(0), (4, 6))
+    t = jnp.array([0, 5, 2, 3])
+    for fn in (numerics.cross_entropy, numerics.logit_margin, numerics.stablemax_cross_entropy):
+        np.testing.assert_array_equal(jax.jit(fn)(z, t), fn(z, t))
+        np.testing.assert_array_equal(jax.vmap(fn)(z, t), fn(z, t))
+    np.testing.assert_array_equal(
+        jax.jit(numerics.soft_target_cross_entropy)(z, z[::-1]),
+        numerics.soft_target_cross_entropy(z, z[::-1]),
+    )
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16, F32], ids=str)
+def test_standard_is_jax_nn_and_optax_bit_for_bit(dtype):
+    z = (3 * jax.random.normal(jax.random.key(1), (5, 7))).astype(dtype)
+    t = jnp.array([0, 1, 6, 3, 2])
+    teacher = z[::-1]
+    pairs = [
+        (standard.log_softmax(z), jax.nn.log_softmax(z)),
+        (standard.softmax(z), jax.nn.softmax(z)),
+        (standard.cross_entropy(z, t), optax.softmax_cross_entropy_with_integer_labels(z, t)),
+        (
+            jax.grad(lambda z: standard.cross_entropy(z, t).sum())(z),
+            jax.grad(lambda z: optax.softmax_cross_entropy_with_integer_labels(z, t).sum())(z),
+        ),
+        (
+            standard.soft_target_cross_entropy(z, teacher),
+            optax.softmax_cross_entropy(z, jax.nn.softmax(teacher)),
+        ),
+    ]
+    for ours, theirs in pairs:
+        np.testing.assert_array_equal(np.asarray(ours, np.float64), np.asarray(theirs, np.float64))
+
+
+def test_fixed_equals_standard_where_standard_is_exact():
+    z = jnp.array([[0.5, -0.25, 1.0, 0.0]], jnp.float64)
+    t = jnp.array([2])
+    with jax.enable_x64(True):
+        z = jnp.asarray(z, jnp.float64)
+        np.testing.assert_allclose(
+            numerics.cross_entropy(z, t), standard.cross_entropy(z, t), rtol=1e-15
+        )
+        np.testing.assert_allclose(
+            jax.grad(lambda z: numerics.cross_entropy(z, t).sum())(z),
+            jax.grad(lambda z: standard.cross_entropy(z, t).sum())(z),
+            rtol=1e-14,
+        )
+
+
+def test_integer_labels_equal_a_one_hot_teacher():
+    z = jax.random.normal(jax.random.key(2), (3, 5))
+    t = jnp.array([4, 0, 2])
+    one_hot_logits = jnp.where(jax.nn.one_hot(t, 5, dtype=bool), 0.0, -jnp.inf)
+    hard, hard_grad = jax.value_and_grad(lambda z: numerics.cross_entropy(z, t).sum())(z)
+    soft, soft_grad = jax.value_and_grad(
+        lambda z: numerics.soft_target_cross_entropy(z, one_hot_logits).sum()
+    )(z)
+    np.testing.assert_allclose(soft, hard, rtol=1e-6)
+    np.testing.assert_allclose(soft_grad, hard_grad, atol=1e-7)
+
+
+def test_paper_section_2_example():
+    z, t = jnp.array([9.0, -9.0, -9.0], jnp.float32), jnp.array(0)
+    # Standard: all three collapse to exactly 0 on the target.
+    assert standard.log_softmax(z)[0] == 0.0
+    assert jax.grad(lambda z: standard.softmax(z)[0])(z)[0] == 0.0
+    std_loss, std_grad = jax.value_and_grad(standard.cross_entropy)(z, t)
+    assert std_loss == 0.0 and std_grad[0] == 0.0 and std_grad[1] > 0
+    # Fixed: the paper's values, summing to zero.
+    np.testing.assert_allclose(numerics.log_softmax(z), [-3.046e-8, -18.0, -18.0], rtol=1e-3)
+    np.testing.assert_allclose(
+        jax.grad(lambda z: numerics.softmax(z)[0])(z), [3.046e-8, -1.523e-8, -1.523e-8], rtol=1e-3
+    )
+    loss, grad = jax.value_and_grad(numerics.cross_entropy)(z, t)
+    np.testing.assert_allclose(loss, 3.046e-8, rtol=1e-3)
+    np.testing.assert_allclose(grad, [-3.046e-8, 1.523e-8, 1.523e-8], rtol=1e-3)
+
+
+def test_paper_section_3_example():
+    z_t = jnp.array([2.0, 1.0, 0.0], jnp.float32)
+    z_s = z_t + jnp.array([-1e-7, 1e-7, 0.0], jnp.float32)
+    std = jax.grad(standard.soft_target_cross_entropy)(z_s, z_t)
+    np.testing.assert_allclose(std, [-5.960e-8, 1.452e-8, -1.123e-9], rtol=2e-3)
+    fixed = jax.grad(numerics.soft_target_cross_entropy)(z_s, z_t)
+    exact = oracle.soft_target_cross_entropy_grad(np.asarray(z_s), np.asarray(z_t))
+    np.testing.assert_allclose(fixed, [-4.596e-8, 4.144e-8, 4.513e-9], rtol=1e-3)
+    np.testing.assert_allclose(fixed, exact, rtol=1e-5)
+    assert np.all(np.asarray(jax.grad(numerics.soft_target_cross_entropy)(z_t, z_t)) == 0)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+def test_standard_soft_target_is_not_zero_at_the_teacher(dtype):
+    # Regression for Softmax Cancellation (paper section 3): the residual the fixed
+    # version removes, about 1e-3 in bf16 and 1e-8 in fp32.
+    z = (3 * jax.random.normal(jax.random.key(3), (64, 16))).astype(dtype)
+    residual = jax.grad(lambda s: standard.soft_target_cross_entropy(s, z).sum())(z)
+    fixed = jax.grad(lambda s: numerics.soft_target_cross_entropy(s, z).sum())(z)
+    assert float(jnp.abs(residual).max()) > 0
+    assert float(jnp.abs(fixed).max()) == 0
+
+
+def test_stablemax_against_oracle():
+    z = np.array([[2.0, -1.0, 0.5, -3.0], [100.0, -50.0, 0.0, 1.0]])
+    t = np.array([0, 3])
+    with jax.enable_x64(True):
+        loss, grad = jax.value_and_grad(
+            lambda z: numerics.stablemax_cross_entropy(z, jnp.asarray(t)).sum()
+        )(jnp.asarray(z))
+        per_row = numerics.stablemax_cross_entropy(jnp.asarray(z), jnp.asarray(t))
+    exact_loss, exact_grad = oracle.stablemax_cross_entropy_value_and_grad(z, t)
+    np.testing.assert_allclose(per_row, exact_loss, rtol=1e-14)
+    np.testing.assert_allclose(grad, exact_grad, rtol=1e-13, atol=1e-16)
+    del loss
+
+
+def test_zero_sum_projection():
+    z = jnp.array([[30.0, 0.0, -1.0]], jnp.float32)  # past the fp32 cliff
+    t = jnp.array([0])
+    grad = jax.grad(lambda z: numerics.zero_sum_cross_entropy(z, t).sum())(z)
+    std = jax.grad(lambda z: standard.cross_entropy(z, t).sum())(z)
+    assert std[0, 0] == 0.0  # collapsed
+    np.testing.assert_allclose(
+        np.asarray(grad, np.float64), oracle.zero_sum_projection(np.asarray(std)), rtol=1e-6
+    )
+    assert abs(float(grad.sum())) < 1e-20
+    # The target gets only -1/K of the non-target total (paper section 6).
+    np.testing.assert_allclose(grad[0, 0], -std[0, 1:].sum() / 3, rtol=1e-6)
+
+
+def test_clipped_softmax_against_oracle_and_dead_attention():
+    x = np.array([[4.0, 0.0, -1.0, 2.0]])
+    gamma = numerics.clipped_softmax_gamma(4.0, 128)
+    assert gamma == -4.0 / 128
+    with jax.enable_x64(True):
+        out = numerics.clipped_softmax(jnp.asarray(x), gamma)
+    np.testing.assert_allclose(out, oracle.clipped_softmax(x, gamma), rtol=1e-14, atol=1e-15)
+    assert np.all(np.asarray(numerics.clipped_softmax(jnp.asarray(x), 0.0)) > 0)
+    # Near-uniform attention over T >> alpha tokens: every stretched probability
+    # is below zero, the output and its gradient vanish (the "dead attention" of
+    # the quantization lab).
+    uniform = jnp.zeros((1, 130))
+    dead = numerics.clipped_softmax(uniform, numerics.clipped_softmax_gamma(4.0, 130))
+    assert np.all(np.asarray(dead) == 0)
+    grad = jax.grad(lambda u: numerics.clipped_softmax(u, -4.0 / 130).sum())(uniform)
+    assert np.all(np.asarray(grad) == 0)
+    with pytest.raises(ValueError):
+        numerics.clipped_softmax_gamma(0.0, 10)
