@@ -9,22 +9,27 @@ from numerics import _checks
 from numerics._softmax import shifted_sums
 
 
-def _safe_product(p: jax.Array, x: jax.Array) -> jax.Array:
-    # p * x with 0 * (+-inf) read as 0: a class the teacher rules out (p = 0)
-    # contributes nothing even where the student's log-probability is -inf.
-    return jnp.where(p > 0, p * x, jnp.zeros((), p.dtype))
+def _shifted(student, teacher, s_max, t_max):
+    """a = z_S - max z_S and b = z_T - max z_T (both <= 0), -inf clamped to finite.
+
+    Clamping -inf to the lowest finite value keeps every product p * a and every
+    difference a - b free of 0 * inf and inf - inf, without a `where`: XLA's CPU
+    reductions fuse arithmetic into the sum but not selects or index masks.
+    """
+    lowest = jnp.asarray(jnp.finfo(student.dtype).min, student.dtype)
+    return jnp.maximum(student - s_max, lowest), jnp.maximum(teacher - t_max, lowest)
 
 
-def _teacher_probs(teacher: jax.Array, t_max: jax.Array, t_sum: jax.Array) -> jax.Array:
-    # p_k = e^(z_k - z_max) / S: the probabilities themselves are accurate (within
-    # 2 ulps); only log p of a dominant class would need S - 1, and it is not used.
-    return jnp.exp(teacher - t_max) / t_sum
+def _signed_gap(x: jax.Array, y: jax.Array, log_ratio: jax.Array) -> jax.Array:
+    """x - y from x, y >= 0 and t = log(x / y), without cancellation and without a `where`.
 
-
-def _student_log_probs(student: jax.Array, s_max: jax.Array, log_norm: jax.Array) -> jax.Array:
-    # log q_k = (z_k - z_max) - log1p(S - 1): the margin form, with S - 1 summed
-    # apart from the max's own 1 by `shifted_sums`.
-    return (student - s_max) - log_norm
+    x - y = sign(t) max(x, y) (1 - e^-|t|), and
+    1 - e^-|t| = -expm1(-|t|) is accurate for every t: tiny differences keep
+    their digits, and a y that underflowed to 0 (t = +inf) leaves x. Exactly 0
+    when t = 0. (XLA's CPU reductions fuse this arithmetic into a sum; a `where`
+    would make them store their inputs as (rows, K) arrays first.)
+    """
+    return jnp.copysign(jnp.maximum(x, y) * -jnp.expm1(-jnp.abs(log_ratio)), log_ratio)
 
 
 @jax.custom_vjp
@@ -34,48 +39,67 @@ def _soft_target(student, teacher):
 
 def _soft_target_fwd(student, teacher):
     s_max, s_sum, s_rest = shifted_sums(student)
+    # log q_k = a_k - log1p(S_S - 1): the margin form, S_S - 1 summed apart from
+    # the max's own 1 by `shifted_sums`.
     log_norm = jnp.log1p(s_rest)
     t_max = jnp.max(teacher, axis=-1, keepdims=True)
     t_max = jnp.where(jnp.isfinite(t_max), t_max, jnp.zeros((), teacher.dtype))
-    t_sum = jnp.sum(jnp.exp(teacher - t_max), axis=-1, keepdims=True)
-    log_q = _student_log_probs(student, s_max, log_norm)
-    p = _teacher_probs(teacher, t_max, t_sum)
-    loss = -jnp.sum(_safe_product(p, log_q), axis=-1)
+    # Distinct barriers per pass: XLA would otherwise share the exps between the
+    # sums and store them as (rows, K) arrays. Recomputing is far cheaper.
+    teacher_t, t_max_t = jax.lax.optimization_barrier((teacher, t_max))
+    t_sum = jnp.sum(jnp.exp(teacher_t - t_max_t), axis=-1, keepdims=True)
+    a, b = _shifted(*jax.lax.optimization_barrier((student, teacher, s_max, t_max, log_norm))[:4])
+    # p_k = e^b_k / S_T is accurate as it is (no 1 - p is ever needed), so the loss
+    # is sum_k e^b_k (log_norm - a_k) / S_T, one pass over both logit arrays.
+    weighted = jnp.sum(jnp.exp(b) * (log_norm - a), axis=-1, keepdims=True)
+    loss = (weighted / t_sum)[..., 0]
     # Only O(rows) statistics are kept; the backward pass rebuilds q and p.
     return loss, (student, teacher, s_max, s_sum, log_norm, t_max, t_sum, loss)
 
 
+def _pieces(student, teacher, s_max, t_max, s_sum, t_sum):
+    """Elementwise (a, d, q, p): shifted student logits, centred difference, probabilities."""
+    a, b = _shifted(student, teacher, s_max, t_max)
+    lowest = jnp.asarray(jnp.finfo(student.dtype).min, student.dtype)
+    # d = (z_S - z_T) - (max z_S - max z_T) = a - b, but formed from the raw
+    # difference, which is exact when the logits are close (Sterbenz): the
+    # rounding of a and b separately would swamp a tiny student-teacher gap.
+    d = (jnp.maximum(student, lowest) - jnp.maximum(teacher, lowest)) - (s_max - t_max)
+    return a, d, jnp.exp(a) / s_sum, jnp.exp(b) / t_sum
+
+
 def _soft_target_bwd(residuals, cotangent):
     student, teacher, s_max, s_sum, log_norm, t_max, t_sum, loss = residuals
-    q = jnp.exp(student - s_max) / s_sum
-    p = _teacher_probs(teacher, t_max, t_sum)
-    zero = jnp.zeros((), student.dtype)
-    # Work from the logit difference, never from q and p rounded separately.
-    # (Where p = 0 the difference may be inf - inf; it is weighted by p anyway.)
-    delta = jnp.where(p > 0, student - teacher, zero)
-    # Centre delta under p, so sum_i p_i d_i = 0 and the log1p argument below is
-    # second order in d (and >= 0, since expm1(x) >= x).
-    d = delta - jnp.sum(p * delta, axis=-1, keepdims=True)
-    # s_k = log(q_k / p_k), the log-ratio, with the normaliser ratio taken as
-    # log1p of a small sum instead of a difference of two log-sum-exps.
-    # Classes whose p rounds to 0 (z_T = -inf, or e^(z_T - z_max) underflowing)
-    # drop out of sum_i p_i e^d_i although their true term R q_i is not 0: put
-    # their student mass q_dead back, R = (sum over p > 0) / (1 - q_dead).
-    q_dead = jnp.sum(jnp.where(p > 0, zero, q), axis=-1, keepdims=True)
-    s = d - jnp.log1p(jnp.sum(p * jnp.expm1(d), axis=-1, keepdims=True)) + jnp.log1p(-q_dead)
-    # u_k = q_k - p_k = p_k expm1(s_k): no subtraction of nearly equal numbers.
-    # Where |s| >= 1 the plain difference is accurate, and it avoids 0 * inf when
-    # p_k underflows while expm1(s_k) overflows.
-    # Classes the teacher rules out (p = 0, z_T = -inf) have s = +inf: u = q there.
-    u = jnp.where((jnp.abs(s) < 1) & (p > 0), p * jnp.expm1(s), q - p)
-    # Remove the rounding residue of sum(u) along q, so the gradient sums to zero.
-    grad_student = u - q * jnp.sum(u, axis=-1, keepdims=True)
-    # dL/dz_T = -p (log q + L): exact for the forward loss, for users who also
-    # differentiate through the teacher.
-    log_q = _student_log_probs(student, s_max, log_norm)
-    grad_teacher = -_safe_product(p, log_q + loss[..., None])
+    # Each pass reads the logits afresh behind its own (distinct) barrier:
+    # recomputing a few exps is far cheaper than XLA storing them as (rows, K).
+    a, d, q, p = _pieces(
+        *jax.lax.optimization_barrier((student, teacher, s_max, t_max)), s_sum, t_sum
+    )
+    # log(S_S / S_T) = log1p(sum_k (q_k - p_k) S_S / S_T) = log1p(sum_k p_k expm1(d_k)):
+    # the normaliser ratio from the logit differences, never as a difference of
+    # two rounded logs (paper eq. 9, centred on the rows' maxima instead of on the
+    # p-mean of d, which saves a pass and keeps the same accuracy).
+    ratio = jnp.log1p(jnp.sum(_signed_gap(q * (s_sum / t_sum), p, d), axis=-1, keepdims=True))
+
+    def difference(student, teacher, ratio):
+        a, d, q, p = _pieces(student, teacher, s_max, t_max, s_sum, t_sum)
+        # s_k = log(q_k / p_k) and u_k = q_k - p_k from it: no subtraction of
+        # nearly equal probabilities; exactly 0 where s_k = 0 (student == teacher).
+        return _signed_gap(q, p, d - ratio), q, p, a
+
+    u, _, _, _ = difference(*jax.lax.optimization_barrier((teacher, student, ratio))[1::-1], ratio)
+    u_sum = jnp.sum(u, axis=-1, keepdims=True)
+    student_c, teacher_c, ratio_c, u_sum_c = jax.lax.optimization_barrier(
+        (student, teacher, ratio, u_sum)
+    )
+    u, q, p, a = difference(student_c, teacher_c, ratio_c)
     cotangent = cotangent[..., None]
-    return grad_student * cotangent, grad_teacher * cotangent
+    # Remove the rounding residue of sum(u) along q, so the gradient sums to zero.
+    grad_student = (u - q * u_sum_c) * cotangent
+    # dL/dz_T = -p (log q + L) = p (log_norm - a - L): exact for the forward loss,
+    # for users who also differentiate through the teacher.
+    grad_teacher = p * ((log_norm - a) - loss[..., None]) * cotangent
+    return grad_student, grad_teacher
 
 
 _soft_target.defvjp(_soft_target_fwd, _soft_target_bwd)

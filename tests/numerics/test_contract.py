@@ -186,12 +186,17 @@ def test_masks():
 
 
 def test_jit_and_vmap_agree_with_eager():
-    z = jax.random.normal(jax.random.key(0), (4, 6))
+    # Fusion may reorder a sum, so agreement is to a few ulps, not bit-for-bit.
+    z = jax.random.normal(jax.random.key(0), (4, 6), jnp.float32)
     t = jnp.array([0, 5, 2, 3])
+
+    def close(a, b):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=4 * np.finfo(np.float32).eps)
+
     for fn in (numerics.cross_entropy, numerics.logit_margin, numerics.stablemax_cross_entropy):
-        np.testing.assert_array_equal(jax.jit(fn)(z, t), fn(z, t))
-        np.testing.assert_array_equal(jax.vmap(fn)(z, t), fn(z, t))
-    np.testing.assert_array_equal(
+        close(jax.jit(fn)(z, t), fn(z, t))
+        close(jax.vmap(fn)(z, t), fn(z, t))
+    close(
         jax.jit(numerics.soft_target_cross_entropy)(z, z[::-1]),
         numerics.soft_target_cross_entropy(z, z[::-1]),
     )
