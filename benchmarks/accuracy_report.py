@@ -52,9 +52,8 @@ def main() -> None:
             ]
         ]
         name = np.dtype(dtype).name
-        print(
-            f"{name:<9} {len(m):>7} {worst[0]:>6.2f} {worst[1]:>7.2f} {worst[2]:>7.2f} {worst[3]:>11.3g}"
-        )
+        errors = f"{worst[0]:>6.2f} {worst[1]:>7.2f} {worst[2]:>7.2f} {worst[3]:>11.3g}"
+        print(f"{name:<9} {len(m):>7} {errors}")
 
 
 if __name__ == "__main__":
