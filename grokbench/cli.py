@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 
@@ -32,7 +33,21 @@ def _cliffs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _use_all_cores() -> None:
+    """Split the CPU into one JAX host device per core, unless XLA_FLAGS already chooses.
+
+    Must run before jax is imported. The engine shards a batch of runs over the devices, so
+    each core trains its share of the seeds (grokbench.engine._place).
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "jax" in sys.modules or "xla_force_host_platform_device_count" in flags:
+        return
+    count = f"--xla_force_host_platform_device_count={os.cpu_count() or 1}"
+    os.environ["XLA_FLAGS"] = f"{flags} {count}".strip()
+
+
 def _run(args: argparse.Namespace) -> int:
+    _use_all_cores()
     from grokbench import experiment, recipes
     from grokbench.config import ConfigError, parse_overrides
     from grokbench.store import Store
@@ -107,7 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `grokbench` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may follow options (`run fig2-top --quick seeds=3`): argparse's nargs="*"
+    # positional stops at the first option, so the rest comes back as unknown and is re-added.
+    args, extra = parser.parse_known_args(argv)
+    flags = [token for token in extra if token.startswith("-")]
+    if flags or (extra and args.command != "run"):
+        parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     return args.func(args)
 
 

@@ -16,6 +16,7 @@ Step t's metrics come from the logits of the forward pass that computes its grad
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -35,10 +36,18 @@ from grokbench.optimizers import (
     scale_by_laprop,
     scale_by_learning_rate,
 )
-from grokbench.precision import Precision, precision_scope
+from grokbench.precision import Precision, get_precision, precision_scope
 from tasks import build_model, modular_split
 
-__all__ = ["LOSS_FUNCTIONS", "RunOutput", "chunk_evals", "train"]
+__all__ = [
+    "LOSS_FUNCTIONS",
+    "Prepared",
+    "RunOutput",
+    "chunk_evals",
+    "prepare",
+    "step_flops",
+    "train",
+]
 
 LOSS_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
     "fixed": numerics.cross_entropy,
@@ -87,8 +96,9 @@ def _direction_tx(cfg: RunConfig, h: _Hyper) -> optax.GradientTransformation:
     return scale_by_adam(h.b1, h.b2, h.eps)  # adam: weight_decay is 0 (RunConfig checks)
 
 
-def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable]:
-    """(init_one(seed, h) -> state, chunk_one(state, h, data, n_blocks) -> state, metrics)."""
+def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable, Callable]:
+    """Per-run functions: init_one(seed, h) -> state; train_step(state, h, data) -> state,
+    metrics; chunk_one(state, h, data, n_blocks) -> state, (step metrics, test metrics)."""
     model = build_model(cfg.model_config(), fast=fast)
     objective = LOSS_FUNCTIONS[cfg.loss]
     cliff = numerics.precision_cliff(policy.compute_dtype)
@@ -140,7 +150,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
 
         return jax.lax.scan(block, state, None, length=n_blocks)
 
-    return init_one, chunk_one
+    return init_one, train_step, chunk_one
 
 
 def _check_batch(configs: Sequence[RunConfig]) -> RunConfig:
@@ -153,6 +163,80 @@ def _check_batch(configs: Sequence[RunConfig]) -> RunConfig:
     return first
 
 
+class Prepared(NamedTuple):
+    """A batch ready to run: initial state, per-run hyperparameters, data, the jitted chunk."""
+
+    state: tuple
+    hyper: _Hyper
+    data: _Data
+    run_chunk: Callable  # jitted: (state, hyper, data, n_blocks) -> (state, (steps, tests))
+    n_blocks: int  # evaluation blocks per chunk (static argument of run_chunk)
+    n_chunks: int
+
+
+def prepare(
+    configs: Sequence[RunConfig], chunk_steps: int = 1000, fast: bool = True, shard: bool = True
+) -> Prepared:
+    """Build and initialize a batch; call inside `precision_scope(configs[0].precision)`."""
+    cfg = _check_batch(configs)
+    n_evals = cfg.steps // cfg.eval_every
+    n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
+    data = _Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+    # Hyperparameters in JAX's default float (float64 only inside an fp64 scope); each
+    # optimizer rounds them to the parameter dtype where it uses them.
+    hyper = _Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields))
+    seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
+    if shard:
+        seeds, hyper, data = _place(seeds, hyper, data)
+    init, run_chunk = _compiled(dataclasses.replace(cfg, **_NEUTRAL), fast)
+    return Prepared(init(seeds, hyper), hyper, data, run_chunk, n_blocks, n_evals // n_blocks)
+
+
+def _place(seeds: jax.Array, hyper: _Hyper, data: _Data) -> tuple[jax.Array, _Hyper, _Data]:
+    """Shard the run axis over all local devices when it divides evenly; data is replicated.
+
+    On a CPU split into host devices (`grokbench run` makes one per core) each device runs
+    its share of the batch on its own thread: the small per-run ops of this model leave
+    the cores of a single device mostly idle. jit propagates the sharding through the scan.
+    """
+    devices = jax.local_devices()
+    if len(devices) < 2 or seeds.shape[0] % len(devices):
+        return seeds, hyper, data
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
+    runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return (
+        jax.device_put(seeds, runs),
+        jax.device_put(hyper, runs),
+        jax.device_put(data, replicated),
+    )
+
+
+# Stand-ins for the vmapped fields, which reach the program as arrays, never as constants.
+_NEUTRAL = {"seed": 0, "lr": 1.0, "b1": 0.0, "b2": 0.0, "eps": 0.0, "weight_decay": 0.0}
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
+    """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
+    init_one, _, chunk_one = _build(static, get_precision(static.precision), fast)
+    chunk = jax.vmap(chunk_one, in_axes=(0, 0, None, None))
+    return jax.jit(jax.vmap(init_one)), jax.jit(chunk, static_argnums=3)
+
+
+def step_flops(configs: Sequence[RunConfig], fast: bool = True) -> float:
+    """XLA's FLOP estimate for one training step of the whole batch (metrics included)."""
+    cfg = _check_batch(configs)
+    with precision_scope(cfg.precision):
+        batch = prepare(configs, fast=fast, shard=False)  # a sharded program counts per device
+        _, train_step, _ = _build(cfg, get_precision(cfg.precision), fast)
+        step = jax.jit(jax.vmap(train_step, in_axes=(0, 0, None)))
+        cost = step.lower(batch.state, batch.hyper, batch.data).compile().cost_analysis()
+    if isinstance(cost, list | tuple):  # older jax: one dict per computation
+        cost = cost[0]
+    return float(cost["flops"])
+
+
 def train(
     configs: Sequence[RunConfig],
     *,
@@ -163,37 +247,21 @@ def train(
 ) -> list[RunOutput]:
     """Train `configs` (one shape group) as one vmapped batch; metrics as NumPy columns."""
     cfg = _check_batch(configs)
-    n_evals = cfg.steps // cfg.eval_every
-    n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
     start = time.perf_counter()
-    with precision_scope(cfg.precision) as policy:
-        data_np = modular_split(cfg.modular_task())
-        data = _Data(*(jnp.asarray(a) for a in data_np))
-        # Hyperparameters in JAX's default float (float64 only inside an fp64 scope); each
-        # optimizer rounds them to the parameter dtype where it uses them.
-        h = _Hyper(
-            *(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields)
-        )
-        seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
-        init_one, chunk_one = _build(cfg, policy, fast)
-        state = jax.jit(jax.vmap(init_one))(seeds, h)
-        run_chunk = jax.jit(
-            jax.vmap(chunk_one, in_axes=(0, 0, None, None)), static_argnums=3
-        )
-        chunks: list[tuple] = []
-        bar = tqdm.tqdm(
-            total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False
-        )
+    with precision_scope(cfg.precision):
+        batch = prepare(configs, chunk_steps, fast)
+        steps_per_chunk = batch.n_blocks * cfg.eval_every
+        state, chunks, pending = batch.state, [], None
+        bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
         with bar:
-            pending = None
-            for _ in range(n_evals // n_blocks):
-                state, out = run_chunk(state, h, data, n_blocks)
+            for _ in range(batch.n_chunks):
+                state, out = batch.run_chunk(state, batch.hyper, batch.data, batch.n_blocks)
                 if pending is not None:  # fetch the previous chunk while this one runs
                     chunks.append(jax.device_get(pending))
-                    bar.update(n_blocks * cfg.eval_every)
+                    bar.update(steps_per_chunk)
                 pending = out
             chunks.append(jax.device_get(pending))
-            bar.update(n_blocks * cfg.eval_every)
+            bar.update(steps_per_chunk)
     seconds = time.perf_counter() - start
     return [
         RunOutput(c, _columns(chunks, r, cfg.eval_every), seconds) for r, c in enumerate(configs)
@@ -207,8 +275,7 @@ def _columns(chunks: list[tuple], run: int, eval_every: int) -> dict[str, np.nda
         for name in metrics_lib.STEP_METRICS
     }
     tests = {
-        name: np.concatenate([c[1][name][run] for c in chunks])
-        for name in metrics_lib.TEST_METRICS
+        name: np.concatenate([c[1][name][run] for c in chunks]) for name in metrics_lib.TEST_METRICS
     }
     n_steps = len(steps["train_loss"])
     return {

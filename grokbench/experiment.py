@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from grokbench import engine, slingshot
 from grokbench.config import RunConfig, group_key
-from grokbench.store import Store, atomic_write_json
+from grokbench.store import Store, atomic_write_json, load_metrics
 
 __all__ = ["format_table", "group_runs", "run_configs", "write_out"]
 
@@ -38,7 +38,7 @@ def run_configs(
     was loaded rather than trained by this call).
     """
     unique = list(dict.fromkeys(configs))
-    done = {cfg: store.load_summary(cfg) for cfg in unique}
+    done = {cfg: _load(store, cfg) for cfg in unique}
     todo = [cfg for cfg in unique if done[cfg] is None]
     trained = set()
     groups = group_runs(todo)
@@ -55,6 +55,16 @@ def run_configs(
         {**done[cfg], "run_dir": str(store.run_dir(cfg)), "cached": cfg not in trained}
         for cfg in configs
     ]
+
+
+def _load(store: Store, cfg: RunConfig) -> dict | None:
+    """A finished run's summary; one written by an older summary rule is rebuilt from metrics."""
+    summary = store.load_summary(cfg)
+    if summary is not None and summary.get("summary_version") != slingshot.SUMMARY_VERSION:
+        metrics = load_metrics(store.run_dir(cfg))
+        summary = slingshot.summarize(cfg, metrics, summary["seconds"])
+        atomic_write_json(store.run_dir(cfg) / "summary.json", summary)
+    return summary
 
 
 def write_out(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathlib.Path:

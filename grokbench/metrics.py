@@ -57,7 +57,8 @@ def metric_dtype(compute_dtype: np.dtype) -> np.dtype:
 
 
 def _accuracy(logits_NxK: jax.Array, labels_N: jax.Array, dtype: np.dtype) -> jax.Array:
-    return jnp.mean((jnp.argmax(logits_NxK, axis=-1) == labels_N).astype(dtype))
+    predicted_N = jnp.argmax(logits_NxK, axis=-1).astype(labels_N.dtype)  # int64 under x64
+    return jnp.mean((predicted_N == labels_N).astype(dtype))
 
 
 def _sum_squares(tree: object, dtype: np.dtype) -> tuple[jax.Array, int]:

@@ -38,11 +38,15 @@ __all__ = [
     "SPIKE_HYSTERESIS",
     "SPIKE_QUIET",
     "SPIKE_WINDOW",
+    "SUMMARY_VERSION",
     "count_spikes",
     "memorization_step",
     "spike_steps",
     "summarize",
 ]
+
+SUMMARY_VERSION = 1
+"""Bumped when the summary's fields or the spike rule change: stored summaries are then rebuilt."""
 
 SPIKE_FACTOR = 10.0
 """A spike's loss is at least this multiple of the running minimum since memorization."""
@@ -138,4 +142,5 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
         "final_frac_past_cliff": _num(metrics["frac_past_cliff"][-1]),
         "precision_cliff": numerics.precision_cliff(compute),
         "equilibrium_margin": _num(numerics.equilibrium_margin(cfg.eps)),
+        "summary_version": SUMMARY_VERSION,
     }

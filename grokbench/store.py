@@ -31,6 +31,7 @@ __all__ = [
     "metrics_frame",
 ]
 
+
 def default_root() -> pathlib.Path:
     """Where runs go unless told otherwise: $GROKBENCH_RESULTS, else ./results (git-ignored)."""
     return pathlib.Path(os.environ.get("GROKBENCH_RESULTS", "results"))

@@ -1,4 +1,4 @@
-"""Every public name of the optimizer and precision modules is documented (STYLE.md 1)."""
+"""Every public name of the grokbench modules is documented (STYLE.md 1)."""
 
 import ast
 import inspect
@@ -6,7 +6,29 @@ import itertools
 
 import pytest
 
-from grokbench import optimizers, precision
+from grokbench import (
+    config,
+    engine,
+    experiment,
+    metrics,
+    optimizers,
+    precision,
+    recipes,
+    slingshot,
+    store,
+)
+
+MODULES = (
+    config,
+    engine,
+    experiment,
+    metrics,
+    optimizers,
+    precision,
+    recipes,
+    slingshot,
+    store,
+)
 
 
 def _documented_constants(module) -> set[str]:
@@ -21,9 +43,7 @@ def _documented_constants(module) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize(
-    "module, name", [(m, n) for m in (optimizers, precision) for n in m.__all__]
-)
+@pytest.mark.parametrize("module, name", [(m, n) for m in MODULES for n in m.__all__])
 def test_public_name_has_docstring(module, name):
     obj = getattr(module, name)
     if inspect.isclass(obj) or inspect.isfunction(obj):
@@ -36,7 +56,7 @@ def test_public_name_has_docstring(module, name):
 
 
 def test_all_lists_every_public_name():
-    for module in (optimizers, precision):
+    for module in MODULES:
         public = {
             n
             for n, v in vars(module).items()

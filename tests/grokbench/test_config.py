@@ -1,0 +1,182 @@
+"""RunConfig validation, typed overrides, hashing, and recipe expansion (no training here)."""
+
+import dataclasses
+
+import pytest
+
+from grokbench import recipes
+from grokbench.config import (
+    VMAPPED,
+    ConfigError,
+    RunConfig,
+    config_hash,
+    group_key,
+    parse_overrides,
+    parse_value,
+)
+
+REQUIRED_RECIPES = [
+    "fig2-top",
+    "fig2-bottom",
+    "table1",
+    "fig6-mod113",
+    "fig6-mod31",
+    "fig6-sq",
+    "fig6-cube",
+    "fig4",
+]
+CONTRACT_KEYS = [
+    "task",
+    "p",
+    "train_fraction",
+    "model",
+    "optimizer",
+    "lr",
+    "b1",
+    "b2",
+    "eps",
+    "weight_decay",
+    "precision",
+    "loss",
+    "steps",
+]
+
+
+def test_defaults_are_the_reference_config():
+    cfg = RunConfig()
+    assert (cfg.task, cfg.p, cfg.train_fraction, cfg.d_model) == ("a+b", 31, 0.5, 64)
+    assert (cfg.optimizer, cfg.lr, cfg.b1, cfg.b2, cfg.eps) == ("adamw", 1e-3, 0.9, 0.98, 1e-8)
+    assert (cfg.weight_decay, cfg.precision, cfg.steps) == (1.0, "fp32", 10_000)
+
+
+@pytest.mark.parametrize("key", CONTRACT_KEYS)
+def test_contract_keys_are_overridable(key):
+    assert key in {f.name for f in dataclasses.fields(RunConfig)}
+
+
+@pytest.mark.parametrize(
+    "token, expected",
+    [
+        ("steps=200", {"steps": (200,)}),
+        ("eps=1e-12", {"eps": (1e-12,)}),
+        ("eps=0", {"eps": (0.0,)}),
+        ("eps=1e-8,1e-12", {"eps": (1e-8, 1e-12)}),
+        ("layer_norm=true", {"layer_norm": (True,)}),
+        ("d_mlp=none", {"d_mlp": (None,)}),
+        ("d_mlp=256", {"d_mlp": (256,)}),
+        ("precision=fp32/bf16", {"precision": ("fp32/bf16",)}),
+        ("seeds=3", {"seeds": (3,)}),
+        ("loss=fixed,standard", {"loss": ("fixed", "standard")}),
+    ],
+)
+def test_parse_overrides(token, expected):
+    assert parse_overrides([token]) == expected
+
+
+@pytest.mark.parametrize(
+    "token, match",
+    [
+        ("foo=1", "unknown key 'foo'"),
+        ("steps=1e4", "expected int"),
+        ("steps=1.5", "expected int"),
+        ("eps=abc", "expected float"),
+        ("eps=nan", "expected float"),
+        ("layer_norm=maybe", "expected bool"),
+        ("seeds=0", "seeds must be >= 1"),
+        ("seeds=two", "positive int"),
+        ("steps", "expected key=value"),
+        ("=3", "expected key=value"),
+    ],
+)
+def test_bad_overrides_raise_one_line(token, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        parse_overrides([token])
+    assert "\n" not in str(info.value)
+
+
+def test_duplicate_key_raises():
+    with pytest.raises(ConfigError, match="twice"):
+        parse_overrides(["eps=1e-8", "eps=1e-12"])
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"loss": "softmax"}, "loss must be one of"),
+        ({"precision": "fp8"}, "unknown precision"),
+        ({"task": "a%b"}, "task must be one of"),
+        ({"eps": -1.0}, "eps must be >= 0"),
+        ({"b2": 1.0}, "b2 must be in"),
+        ({"lr": 0.0}, "lr must be > 0"),
+        ({"steps": 150, "eval_every": 100}, "multiple of eval_every"),
+        ({"optimizer": "adam"}, "adam has no weight decay"),
+        ({"track_sqrt_v": True}, "laprop only"),
+        ({"task": "a/b", "p": 32}, "prime"),
+        ({"d_model": 10, "n_heads": 4}, "divisible"),
+        ({"train_fraction": 1.0}, "train_fraction"),
+        ({"steps": "100"}, "steps must be int"),
+        ({"layer_norm": 1}, "layer_norm must be bool"),
+        ({"p": True}, "p must be int"),
+    ],
+)
+def test_invalid_configs_raise(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        RunConfig(**changes)
+
+
+def test_parse_value_is_typed():
+    assert parse_value("p", "113") == 113 and isinstance(parse_value("lr", "1"), float)
+
+
+def test_hash_is_stable_and_type_normalized():
+    assert config_hash(RunConfig(weight_decay=1)) == config_hash(RunConfig(weight_decay=1.0))
+    assert config_hash(RunConfig()) != config_hash(RunConfig(seed=1))
+    assert len(config_hash(RunConfig())) == 16
+
+
+def test_group_key_ignores_only_vmapped_fields():
+    base = RunConfig()
+    for name in VMAPPED:
+        value = getattr(base, name)
+        other = dataclasses.replace(base, **{name: value + 1 if name == "seed" else value / 2})
+        assert group_key(other) == group_key(base), name
+    assert group_key(dataclasses.replace(base, loss="standard")) != group_key(base)
+
+
+@pytest.mark.parametrize("name", REQUIRED_RECIPES)
+def test_recipes_expand_to_valid_configs(name):
+    recipe = recipes.get_recipe(name)
+    full, quick = recipes.expand(recipe), recipes.expand(recipe, quick=True)
+    assert full and quick and len(quick) <= len(full)
+    assert max(c.steps for c in quick) <= min(c.steps for c in full)
+    assert len(set(full)) == len(full)
+
+
+def test_fig2_top_is_the_paper_config():
+    runs = recipes.expand(recipes.get_recipe("fig2-top"), parse_overrides(["seeds=3"]))
+    assert [(c.loss, c.seed) for c in runs] == [
+        (loss, s) for loss in ("fixed", "standard") for s in range(3)
+    ]
+    cfg = runs[0]
+    assert (cfg.eps, cfg.weight_decay, cfg.precision, cfg.steps) == (1e-8, 1.0, "fp32", 10_000)
+
+
+def test_overrides_replace_grid_axes_and_lists_sweep():
+    table1 = recipes.get_recipe("table1")
+    runs = recipes.expand(table1, parse_overrides(["precision=fp32", "seeds=1"]))
+    assert {c.precision for c in runs} == {"fp32"}
+    assert {c.loss for c in runs} == {"fixed", "standard", "zero_sum", "stablemax"}
+    runs = recipes.expand(
+        recipes.get_recipe("fig2-top"), parse_overrides(["loss=fixed", "eps=1e-8,1e-12", "seeds=2"])
+    )
+    assert [(c.eps, c.seed) for c in runs] == [(1e-8, 0), (1e-8, 1), (1e-12, 0), (1e-12, 1)]
+
+
+def test_override_is_validated_by_the_config():
+    with pytest.raises(ConfigError, match="eps must be >= 0"):
+        recipes.expand(recipes.get_recipe("fig2-top"), parse_overrides(["eps=-1"]))
+
+
+def test_unknown_recipe():
+    with pytest.raises(ConfigError, match=r"unknown recipe 'fig9'.*fig2-top"):
+        recipes.get_recipe("fig9")

@@ -1,0 +1,178 @@
+"""The engine: vmapped batches equal single runs, the step equals AdamW, metrics from the logits.
+
+Runs are shrunken (p = 7, width 8, tens of steps) so compilation dominates; runs that can
+share a compiled program do (module-scoped fixtures).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import numerics
+from grokbench import engine, metrics
+from grokbench.config import RunConfig
+from grokbench.optimizers import adamw
+from grokbench.precision import precision_scope
+from tasks import build_model, modular_split
+
+TINY = RunConfig(p=7, d_model=8, n_heads=2, steps=20, eval_every=10)
+
+
+def _variants():
+    """Three runs that differ in every vmapped field."""
+    return [
+        dataclasses.replace(TINY, seed=0),
+        dataclasses.replace(TINY, seed=1, eps=1e-12, weight_decay=0.5, lr=3e-3),
+        dataclasses.replace(TINY, seed=2, b1=0.8, b2=0.95, weight_decay=0.0),
+    ]
+
+
+@pytest.fixture(scope="module")
+def batched():
+    return engine.train(_variants(), progress=False)
+
+
+def test_columns_and_shapes(batched):
+    m = batched[0].metrics
+    assert set(m) == {"step", "test_step", *metrics.STEP_METRICS, *metrics.TEST_METRICS}
+    for name in ("step", *metrics.STEP_METRICS):
+        assert m[name].shape == (TINY.steps,), name
+    np.testing.assert_array_equal(m["test_step"], [10, 20])
+    assert m["test_acc"].shape == (2,)
+    assert m["train_loss"].dtype == np.float32
+    assert all(np.isfinite(m[k]).all() for k in metrics.STEP_METRICS)
+
+
+def test_vmapped_batch_equals_individual_runs(batched):
+    for cfg, out in zip(_variants(), batched, strict=True):
+        (single,) = engine.train([cfg], progress=False)
+        assert single.config == out.config == cfg
+        for name, column in single.metrics.items():
+            np.testing.assert_allclose(
+                out.metrics[name], column, rtol=2e-5, atol=1e-7, err_msg=name
+            )
+
+
+def test_sharded_batch_equals_unsharded(batched):
+    cfgs = _variants()[:2]  # 2 runs over the 2 host devices of tests/conftest.py
+    assert jax.local_device_count() == 2
+    with precision_scope(TINY.precision):
+        state = engine.prepare(cfgs).state
+    assert len(jax.tree.leaves(state)[0].sharding.device_set) == 2
+    for out, ref in zip(engine.train(cfgs, progress=False), batched[:2], strict=True):
+        for name, column in ref.metrics.items():
+            np.testing.assert_allclose(
+                out.metrics[name], column, rtol=2e-5, atol=1e-7, err_msg=name
+            )
+
+
+def test_runs_in_a_batch_differ(batched):
+    losses = [out.metrics["train_loss"][-1] for out in batched]
+    assert len(set(losses)) == 3
+
+
+def test_chunking_does_not_change_results(batched):
+    cfgs = _variants()
+    small = engine.train(cfgs, progress=False, chunk_steps=10)
+    for a, b in zip(batched, small, strict=True):
+        for name in a.metrics:
+            np.testing.assert_allclose(a.metrics[name], b.metrics[name], rtol=1e-6, err_msg=name)
+
+
+def test_step_zero_metrics_come_from_the_initial_logits(batched):
+    cfg, m = TINY, batched[0].metrics
+    data = modular_split(cfg.modular_task())
+    # The plain forward pass, independent of the engine's fast one.
+    model = build_model(cfg.model_config(), fast=False)
+    params = model.init(jax.random.key(cfg.seed), jnp.float32)
+    logits = model.apply(params, jnp.asarray(data.x_train))
+    y = jnp.asarray(data.y_train)
+    margin = np.asarray(numerics.logit_margin(logits, y))
+    np.testing.assert_allclose(m["margin_mean"][0], margin.mean(), rtol=1e-5)
+    np.testing.assert_allclose(m["margin_min"][0], margin.min(), rtol=1e-5)
+    np.testing.assert_allclose(m["margin_median"][0], np.median(margin), rtol=1e-5)
+    loss = float(jnp.mean(numerics.cross_entropy(logits, y)))
+    np.testing.assert_allclose(m["train_loss"][0], loss, rtol=1e-5)
+    np.testing.assert_allclose(m["train_ce"][0], loss, rtol=1e-5)
+    acc = float(np.mean(np.argmax(np.asarray(logits), -1) == data.y_train))
+    assert m["train_acc"][0] == pytest.approx(acc)
+    assert m["frac_past_cliff"][0] == 0.0
+    assert m["logit_grad_asym"][0] < 1e-5  # fixed CE: logit gradients sum to ~0
+    # First Adam step: |m_hat| / sqrt(v_hat) = 1 wherever g != 0 (dead ReLUs give 0).
+    assert 0.5 < m["adam_step"][0] <= 1.0
+    norm = np.sqrt(sum(float(jnp.sum(jnp.square(p))) for p in params.values()))
+    assert m["param_norm"][0] == pytest.approx(norm, rel=1e-5)
+
+
+def test_one_step_equals_the_adamw_chain():
+    cfg = dataclasses.replace(TINY, steps=1, eval_every=1, eps=1e-6, weight_decay=0.5)
+    batch = engine.prepare([cfg])
+    (params, _), _ = batch.run_chunk(batch.state, batch.hyper, batch.data, batch.n_blocks)
+    data = modular_split(cfg.modular_task())
+    model = build_model(cfg.model_config(), fast=False)
+    p0 = model.init(jax.random.key(cfg.seed), jnp.float32)
+
+    def loss_fn(p):
+        logits = model.apply(p, jnp.asarray(data.x_train))
+        return jnp.mean(numerics.cross_entropy(logits, jnp.asarray(data.y_train)))
+
+    tx = adamw(cfg.lr, cfg.b1, cfg.b2, cfg.eps, cfg.weight_decay)
+
+    @jax.jit
+    def reference_step(p):
+        updates, _ = tx.update(jax.grad(loss_fn)(p), tx.init(p), p)
+        return optax.apply_updates(p, updates)
+
+    expected = reference_step(p0)
+    for name, value in expected.items():
+        np.testing.assert_allclose(params[name][0], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_fp64_run_keeps_x64_inside():
+    assert not jax.config.read("jax_enable_x64")
+    (out,) = engine.train([dataclasses.replace(TINY, precision="fp64", steps=10)], progress=False)
+    assert not jax.config.read("jax_enable_x64")
+    assert out.metrics["margin_mean"].dtype == np.float64
+    assert jnp.asarray(1.0).dtype == jnp.float32
+
+
+def _check_trains(cfg):
+    (out,) = engine.train([cfg], progress=False)
+    m = out.metrics
+    assert all(np.isfinite(m[k]).all() for k in metrics.STEP_METRICS), cfg
+    assert m["train_loss"][-1] < m["train_loss"][0], cfg
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dataclasses.replace(TINY, precision="bf16", loss="standard"),
+        dataclasses.replace(TINY, optimizer="laprop", track_sqrt_v=True, eps=0.0),
+        dataclasses.replace(TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0),
+    ],
+    ids=["bf16-standard", "laprop-eps0", "mlp-adam"],
+)
+def test_variants_train(cfg):
+    _check_trains(cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["stablemax", "zero_sum"])
+def test_baseline_losses_train(loss):
+    _check_trains(dataclasses.replace(TINY, loss=loss))
+
+
+def test_mixed_shapes_are_rejected():
+    with pytest.raises(ValueError, match="differ only"):
+        engine.train([TINY, dataclasses.replace(TINY, loss="standard")], progress=False)
+
+
+def test_chunk_evals():
+    assert engine.chunk_evals(100, 1000, 100) == 10
+    assert engine.chunk_evals(7, 1000, 100) == 7
+    assert engine.chunk_evals(7, 500, 100) == 1
+    assert engine.chunk_evals(12, 1000, 100) == 6
