@@ -40,28 +40,14 @@ os.environ["XLA_FLAGS"] = (
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from _timing import compiled_flops, matmul_peak  # noqa: E402
 
 import numerics  # noqa: E402
 from grokbench import engine  # noqa: E402
 from grokbench.config import RunConfig  # noqa: E402
 from grokbench.optimizers import adamw  # noqa: E402
 from tasks import build_model, modular_split  # noqa: E402
-
-
-def _matmul_peak(n: int = 2048, reps: int = 5) -> float:
-    """Median GFLOP/s of an n x n float32 matmul."""
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-    mm = jax.jit(jnp.matmul)
-    mm(a, b).block_until_ready()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        mm(a, b).block_until_ready()
-        times.append(time.perf_counter() - t0)
-    return 2 * n**3 / float(np.median(times)) / 1e9
 
 
 def _plain_loop(cfg: RunConfig) -> tuple[Callable, Callable]:
@@ -114,7 +100,7 @@ def main() -> None:
     base = RunConfig(steps=args.steps, eval_every=100)
     cfgs = [dataclasses.replace(base, seed=s) for s in range(args.seeds)]
     one = cfgs[:1]
-    peak = _matmul_peak()
+    peak = matmul_peak()
 
     results = {}  # name -> ((wall s, cpu s), flops per step of one run)
     if not args.skip_plain:
@@ -169,10 +155,7 @@ def _plain_step_flops(step: Callable, cfg: RunConfig) -> float:
     model = build_model(cfg.model_config(), fast=False)
     params = model.init(jax.random.key(0), jnp.float32)
     state = (params, adamw(cfg.lr).init(params))
-    cost = jax.jit(lambda s: step(s, None)).lower(state).compile().cost_analysis()
-    if isinstance(cost, list | tuple):
-        cost = cost[0]
-    return float(cost["flops"])
+    return compiled_flops(lambda s: step(s, None), state)
 
 
 if __name__ == "__main__":

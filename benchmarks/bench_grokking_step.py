@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _timing import compiled_flops, matmul_peak
 
 from grokbench.optimizers import adamw
 from tasks import (
@@ -55,28 +56,6 @@ def _make_step(apply: Callable, tx: optax.GradientTransformation, x: jax.Array, 
         return (optax.apply_updates(params, updates), opt_state), loss
 
     return step
-
-
-def _flops(fn: Callable, *args) -> float:
-    """XLA's FLOP estimate for one call of `fn` (compiled)."""
-    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
-    if isinstance(cost, list | tuple):  # older jax returns one dict per computation
-        cost = cost[0]
-    return float(cost["flops"])
-
-
-def _matmul_peak(n: int, reps: int) -> float:
-    """Median GFLOP/s of an n x n float32 matmul."""
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-    mm = jax.jit(jnp.matmul)
-    mm(a, b).block_until_ready()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        mm(a, b).block_until_ready()
-        times.append(time.perf_counter() - t0)
-    return 2 * n**3 / float(np.median(times)) / 1e9
 
 
 def main() -> None:
@@ -114,7 +93,7 @@ def main() -> None:
 
         runners[name] = jax.jit(run)
         jax.block_until_ready(runners[name](state))  # compile and warm up
-        flops[name] = _flops(lambda s, step=step: step(s, None), state)
+        flops[name] = compiled_flops(lambda s, step=step: step(s, None), state)
 
     times = {name: [] for name in paths}
     for _ in range(args.reps):
@@ -123,7 +102,7 @@ def main() -> None:
             jax.block_until_ready(runners[name](state))
             times[name].append((time.perf_counter() - t0) / args.steps)
 
-    peak = _matmul_peak(args.matmul, reps=5)
+    peak = matmul_peak(args.matmul, reps=5)
     plain_ms = 1e3 * float(np.median(times["plain"]))
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} cores")
     print(
