@@ -69,10 +69,6 @@ def _first_zero_from(fn: Callable, dtype: np.dtype, hi: float) -> float:
     return float(np.array(hi_bits, uint).view(dtype))
 
 
-def _sum_loss(loss_fn: Callable) -> Callable:
-    return lambda logits, labels: loss_fn(logits, labels)
-
-
 def measure(dtype_name: str) -> CliffRow:
     """Measure one dtype's row (enables x64 only for the duration, when needed)."""
     dtype = np.dtype(dtype_name)

@@ -62,35 +62,25 @@ def shifted_sums(z: jax.Array):
     return z_max, below + count, below + (count - one)
 
 
-def log_softmax_stats(x: jax.Array, mask: jax.Array | None):
-    """Per-row pieces of the margin form: (is_max, x_max, softplus(-m)), keepdims.
+def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """log_softmax over the last axis, in the dtype of `x` (paper eq. 5).
 
-    Kept separate so the custom VJPs can rebuild log_softmax elementwise in their
-    backward pass from O(rows) residuals instead of storing a second (rows, K) array.
+    Differentiated by autodiff (log_softmax has no custom VJP): the index mask
+    below is what makes that gradient exact, so this form keeps it.
     """
     masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
     i_max = jnp.argmax(masked, axis=-1, keepdims=True)
     is_max = jax.lax.broadcasted_iota(i_max.dtype, x.shape, x.ndim - 1) == i_max
     x_max = jnp.take_along_axis(x, i_max, axis=-1)
-    # Exclude the argmax from the sum so 1 is never added to e^-m: this
-    # log-sum-exp is -m itself, accurate down to exponent underflow.
-    excluded = is_max if mask is None else is_max | ~mask
-    neg_margin = logsumexp_or_neg_inf(jnp.where(excluded, -jnp.inf, x - x_max))
-    # log(1 + e^-m) = softplus(-m), evaluated without ever forming 1 + e^-m.
-    return is_max, x_max, jax.nn.softplus(neg_margin)
-
-
-def log_softmax_from_stats(x: jax.Array, is_max, x_max, log_normalizer) -> jax.Array:
-    """Rebuild the margin-form log_softmax elementwise from `log_softmax_stats`."""
     # The argmax slot is an exact 0 rather than x_max - x_max, so x_max reaches the
     # result only through the K-1 differences x_j - x_max and the gradient sums to 0.
     shifted = jnp.where(is_max, jnp.zeros((), x.dtype), x - x_max)
-    return shifted - log_normalizer
-
-
-def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """log_softmax over the last axis, in the dtype of `x` (paper eq. 5)."""
-    out = log_softmax_from_stats(x, *log_softmax_stats(x, mask))
+    # Exclude the argmax from the sum so 1 is never added to e^-m: this
+    # log-sum-exp is -m itself, accurate down to exponent underflow.
+    excluded = is_max if mask is None else is_max | ~mask
+    neg_margin = logsumexp_or_neg_inf(jnp.where(excluded, -jnp.inf, shifted))
+    # log(1 + e^-m) = softplus(-m), evaluated without ever forming 1 + e^-m.
+    out = shifted - jax.nn.softplus(neg_margin)
     return out if mask is None else jnp.where(mask, out, -jnp.inf)
 
 
