@@ -1,46 +1,24 @@
 """Every public name of the grokbench modules is documented (STYLE.md 1)."""
 
-import ast
+import importlib
 import inspect
-import itertools
 
 import pytest
 
-from grokbench import (
-    config,
-    engine,
-    experiment,
-    metrics,
-    optimizers,
-    precision,
-    recipes,
-    slingshot,
-    store,
+from tests._docs import documented_constants
+
+NAMES = (
+    "config",
+    "engine",
+    "experiment",
+    "metrics",
+    "optimizers",
+    "precision",
+    "recipes",
+    "slingshot",
+    "store",
 )
-
-MODULES = (
-    config,
-    engine,
-    experiment,
-    metrics,
-    optimizers,
-    precision,
-    recipes,
-    slingshot,
-    store,
-)
-
-
-def _documented_constants(module) -> set[str]:
-    """Names assigned at module level with a docstring literal right after them."""
-    body = ast.parse(inspect.getsource(module)).body
-    names = set()
-    for stmt, nxt in itertools.pairwise(body):
-        documented = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-        if documented and isinstance(stmt, ast.Assign | ast.AnnAssign):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
-    return names
+MODULES = tuple(importlib.import_module(f"grokbench.{name}") for name in NAMES)
 
 
 @pytest.mark.parametrize("module, name", [(m, n) for m in MODULES for n in m.__all__])
@@ -52,7 +30,7 @@ def test_public_name_has_docstring(module, name):
             if not attr.startswith("_") and inspect.isfunction(member):
                 assert inspect.getdoc(member), f"{name}.{attr}"
     else:
-        assert name in _documented_constants(module), name
+        assert name in documented_constants(module), name
 
 
 def test_all_lists_every_public_name():

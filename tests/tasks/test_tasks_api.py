@@ -1,28 +1,15 @@
 """Every name `tasks` exports is documented (STYLE.md 1)."""
 
-import ast
 import importlib
 import inspect
-import itertools
 
 import pytest
 
 import tasks
+from tests._docs import documented_constants
 
 # Submodules are private (`tasks._modular`, ...), so every public attribute is an export.
 _EXPORTED = sorted(name for name in vars(tasks) if not name.startswith("_"))
-
-
-def _documented_constants(module) -> set[str]:
-    """Names assigned at module level with a docstring literal right after them."""
-    body = ast.parse(inspect.getsource(module)).body
-    names = set()
-    for stmt, nxt in itertools.pairwise(body):
-        documented = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-        if documented and isinstance(stmt, ast.Assign | ast.AnnAssign):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
-    return names
 
 
 def test_no_public_submodules():
@@ -40,4 +27,4 @@ def test_exported_name_has_docstring(name):
             importlib.import_module(f"tasks.{m}")
             for m in ("_common", "_mlp", "_models", "_modular", "_transformer")
         ]
-        assert any(name in _documented_constants(m) for m in defining), name
+        assert any(name in documented_constants(m) for m in defining), name
