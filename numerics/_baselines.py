@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from numerics import _checks
-from numerics._cross_entropy import prepare
+from numerics._cross_entropy import prepare, valid_rows
 from numerics._softmax import softmax
 from numerics.standard import cross_entropy as standard_cross_entropy
 
@@ -50,8 +50,7 @@ def stablemax_cross_entropy(logits, labels, axis: int = -1, where=None) -> jax.A
         s = jnp.where(mask, s, jnp.zeros((), s.dtype))
     s_t = jnp.take_along_axis(s, labels[..., None], axis=-1, mode="clip")[..., 0]
     out = jnp.log(jnp.sum(s, axis=-1)) - jnp.log(s_t)
-    valid = (labels >= 0) & (labels < logits.shape[-1])
-    return jnp.where(valid, out, jnp.nan)
+    return jnp.where(valid_rows(logits, labels, None), out, jnp.nan)
 
 
 @jax.custom_vjp

@@ -18,7 +18,7 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     masked = logits if mask is None else jnp.where(mask, logits, -jnp.inf)
     z_max, s_all, s_rest = shifted_sums(masked)
     # Out-of-range labels (possible only under jit) are clipped for the gather and
-    # turned into NaN by `_valid_rows`.
+    # turned into NaN by `valid_rows`.
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
     shift_t = z_t - z_max
     # t is a max: the others are S_rest. Otherwise S counts a max entry of its own,
@@ -35,7 +35,8 @@ def _loss_from(shift_t: jax.Array, s_others: jax.Array, s_all: jax.Array) -> jax
     return jnp.where(is_max, jnp.log1p(s_others), jnp.log(s_all) - shift_t)
 
 
-def _valid_rows(logits: jax.Array, labels: jax.Array, mask: jax.Array | None) -> jax.Array:
+def valid_rows(logits: jax.Array, labels: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Rows whose label lies in [0, K) and, under a mask, whose target is kept."""
     num_classes = logits.shape[-1]
     valid = (labels >= 0) & (labels < num_classes)
     if mask is not None:
@@ -52,7 +53,7 @@ def _cross_entropy(logits, labels, mask):
 def _cross_entropy_fwd(logits, labels, mask):
     z_max, shift_t, s_others, s_all = _normalizers(logits, labels, mask)
     loss = _loss_from(shift_t, s_others, s_all)[..., 0]
-    loss = jnp.where(_valid_rows(logits, labels, mask), loss, jnp.nan)
+    loss = jnp.where(valid_rows(logits, labels, mask), loss, jnp.nan)
     # Only O(rows) residuals: the backward pass recomputes the elementwise parts,
     # so it is one fused read of the logits and one write, as in optax.
     return loss, (logits, labels, mask, z_max, s_others, s_all, loss)
@@ -175,6 +176,4 @@ def logit_margin(logits, labels, axis: int = -1) -> jax.Array:
     # and accurate even where e^-m is far below the dtype's range.
     others = jnp.where(iota == labels[..., None], -jnp.inf, logits - z_t)
     margin = -logsumexp_or_neg_inf(others)[..., 0]
-    num_classes = logits.shape[-1]
-    valid = (labels >= 0) & (labels < num_classes)
-    return jnp.where(valid, margin, jnp.nan)
+    return jnp.where(valid_rows(logits, labels, None), margin, jnp.nan)

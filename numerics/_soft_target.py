@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from numerics import _checks
-from numerics._softmax import shifted_sums
+from numerics._softmax import finite_row_max, shifted_sums
 
 
 def _shifted(student, teacher, s_max, t_max):
@@ -49,8 +49,7 @@ def _soft_target_fwd(student, teacher):
     # log q_k = a_k - log1p(S_S - 1): the margin form, S_S - 1 summed apart from
     # the max's own 1 by `shifted_sums`.
     log_norm = jnp.log1p(s_rest)
-    t_max = jnp.max(teacher, axis=-1, keepdims=True)
-    t_max = jnp.where(jnp.isfinite(t_max), t_max, jnp.zeros((), teacher.dtype))
+    t_max = finite_row_max(teacher)
     # Distinct barriers per pass: XLA would otherwise share the exps between the
     # sums and store them as (rows, K) arrays. Recomputing is far cheaper.
     teacher_t, t_max_t = jax.lax.optimization_barrier((teacher, t_max))

@@ -8,6 +8,17 @@ import jax.numpy as jnp
 from numerics import _checks
 
 
+def finite_row_max(x: jax.Array) -> jax.Array:
+    """Max over the last axis (keepdims), or 0 where it is not finite.
+
+    The shift for every exp-sum: it keeps exp from overflowing, and a row of only
+    -inf (or with a +inf entry) shifts by 0, so its infinities pass unchanged
+    instead of turning into inf - inf = NaN.
+    """
+    x_max = jnp.max(x, axis=-1, keepdims=True)
+    return jnp.where(jnp.isfinite(x_max), x_max, jnp.zeros((), x.dtype))
+
+
 def logsumexp_or_neg_inf(x: jax.Array) -> jax.Array:
     """log(sum(exp(x))) over the last axis (keepdims), -inf for an all -inf row.
 
@@ -15,10 +26,7 @@ def logsumexp_or_neg_inf(x: jax.Array) -> jax.Array:
     is -inf (K = 1, or everything but one entry masked out), since the empty sum
     is routed around the log with a double `where`.
     """
-    x_max = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
-    # Shift by the max so exp never overflows; a non-finite max (all -inf, or a
-    # +inf entry) shifts by 0 and lets the infinities through unchanged.
-    x_max = jnp.where(jnp.isfinite(x_max), x_max, jnp.zeros((), x.dtype))
+    x_max = jax.lax.stop_gradient(finite_row_max(x))
     total = jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True)
     empty = total == 0
     safe_total = jnp.where(empty, jnp.ones((), x.dtype), total)
@@ -46,9 +54,7 @@ def shifted_sums(z: jax.Array):
     """
     k = 4.0 / float(jnp.finfo(z.dtype).eps)
     zero = jnp.zeros((), z.dtype)
-    z_max = jnp.max(z, axis=-1, keepdims=True)
-    # A row of only -inf shifts by 0, so its sums are 0 rather than NaN.
-    z_max = jnp.where(jnp.isfinite(z_max), z_max, zero)
+    z_max = finite_row_max(z)  # a row of only -inf has sums 0, not NaN
     # The barriers stop XLA from sharing z_max - z between the two sums, which
     # would store it as a (rows, K) array: recomputing it is far cheaper. The two
     # tuples differ in order so XLA cannot merge the barriers either.
