@@ -19,6 +19,7 @@ from grokbench.precision import get_precision
 from tasks import ACTIVATIONS, OPERATIONS, MLPConfig, ModularTask, TransformerConfig
 
 __all__ = [
+    "ADDED_FIELDS",
     "CONFIG_VERSION",
     "LOSSES",
     "MODELS",
@@ -29,6 +30,7 @@ __all__ = [
     "config_hash",
     "field_types",
     "group_key",
+    "identity",
     "parse_overrides",
     "parse_value",
 ]
@@ -44,6 +46,12 @@ MODELS: tuple[str, ...] = ("transformer", "mlp")
 
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "laprop")
 """Optimizers of grokbench.optimizers (adam has no weight decay)."""
+
+ADDED_FIELDS: tuple[str, ...] = ()
+"""Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
+out of `identity` and the hash, so adding a field does not orphan the runs already stored.
+A new field goes here (with a default that reproduces the old behaviour), not into a bump of
+`CONFIG_VERSION`."""
 
 VMAPPED: tuple[str, ...] = ("seed", "lr", "b1", "b2", "eps", "weight_decay")
 """Fields that only change numbers, not shapes: runs differing only in these are batched."""
@@ -264,9 +272,15 @@ def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) ->
     return out
 
 
+def identity(cfg: RunConfig) -> dict[str, Any]:
+    """`cfg.to_dict()` less the `ADDED_FIELDS` that sit at their default: what names a run."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    return {k: v for k, v in cfg.to_dict().items() if not (k in ADDED_FIELDS and v == defaults[k])}
+
+
 def config_hash(cfg: RunConfig) -> str:
-    """A stable 16-hex-digit hash of the resolved config and `CONFIG_VERSION`."""
-    payload = json.dumps({"version": CONFIG_VERSION, **cfg.to_dict()}, sort_keys=True)
+    """A stable 16-hex-digit hash of the run's `identity` and `CONFIG_VERSION`."""
+    payload = json.dumps({"version": CONFIG_VERSION, **identity(cfg)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from grokbench.config import RunConfig, config_hash
+from grokbench.config import RunConfig, config_hash, identity
 
 __all__ = [
     "Store",
@@ -93,7 +93,9 @@ class Store:
         if not path.is_file():
             return None
         summary = json.loads(path.read_text())
-        if summary.get("config") != cfg.to_dict():  # a hash collision or a hand-edited file
+        stored = summary.get("config")
+        if not isinstance(stored, dict) or identity(RunConfig(**stored)) != identity(cfg):
+            # A hash collision or a hand-edited file.
             raise RuntimeError(f"{path} holds a different config than its hash says")
         return summary
 

@@ -1,13 +1,14 @@
 """The results store: atomic writes, caching, resuming after an interruption (engine faked)."""
 
 import dataclasses
+import hashlib
 import json
 import os
 
 import numpy as np
 import pytest
 
-from grokbench import engine, experiment, metrics, slingshot, store
+from grokbench import config, engine, experiment, metrics, slingshot, store
 from grokbench.config import RunConfig, config_hash
 
 CFG = RunConfig(p=7, steps=20, eval_every=10)
@@ -134,6 +135,24 @@ def test_mismatched_config_in_run_dir_raises(tmp_path, fake_train):
     path.write_text(json.dumps(summary))
     with pytest.raises(RuntimeError, match="different config"):
         s.load_summary(CFG)
+
+
+def test_runs_stored_before_a_field_was_added_still_load(tmp_path, fake_train, monkeypatch):
+    # A run stored before mlp_width existed: its hash and stored config lack the field.
+    s = store.Store(tmp_path)
+    old_config = {k: v for k, v in CFG.to_dict().items() if k != "mlp_width"}
+    old_hash = hashlib.sha256(
+        json.dumps({"version": config.CONFIG_VERSION, **old_config}, sort_keys=True).encode()
+    ).hexdigest()[:16]
+    monkeypatch.setattr(config, "ADDED_FIELDS", ("mlp_width",))  # ... then it was added
+    assert config_hash(CFG) == old_hash
+    experiment.run_configs([CFG], s, progress=False)
+    path = s.run_dir(CFG) / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "config": old_config}))
+    assert s.load_summary(CFG) is not None
+    wider = dataclasses.replace(CFG, mlp_width=CFG.mlp_width + 1)
+    assert config_hash(wider) != old_hash and s.load_summary(wider) is None
 
 
 def test_metrics_frame(tmp_path, fake_train):
