@@ -1,0 +1,162 @@
+"""Figure 1: the two bugs, measured against mpmath.
+
+fig1a (Softmax Collapse): the target-logit gradient of cross-entropy on logits [m, 0]
+(target 0) against the margin m, standard vs fixed, in bf16, fp32 and fp64, with the
+256-bit mpmath value at the same (rounded) inputs. Standard CE's gradient is exactly 0
+from the cliff p ln 2 on (drawn as marks on the bottom edge: a log axis has no 0); the fixed
+one follows the truth until e^-m itself underflows.
+
+fig1b (Softmax Cancellation): the soft-target gradient's error against the distance
+between student and teacher logits. Teacher rows are fixed random logits (K = 10); the
+student is teacher + delta * u for a random unit direction u, both rounded to the dtype,
+and the truth is mpmath's gradient at exactly those rounded inputs. Plotted: the median
+over rows of max_k |g_k - g_k^true|, and the truth's own size max_k |g_k^true| for scale.
+Standard CE's error stalls at a floor (its residual at z_S = z_T); the fixed one's error
+shrinks with the gradient.
+
+    python -m figures fig1
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+import numerics
+from figures._common import LOSS_COLORS, Context, mark_cliffs, new_figure, save
+from numerics import oracle, standard
+
+NAMES = ("fig1a", "fig1b")
+DTYPES = (("bf16", ml_dtypes.bfloat16), ("fp32", np.float32), ("fp64", np.float64))
+_LOSSES = {"standard": standard, "fixed": numerics}
+
+
+def target_gradients(dtype, margins: np.ndarray, truth: bool = True) -> dict[str, np.ndarray]:
+    """Target-logit gradient on [m, 0] per loss ('standard', 'fixed', and mpmath's 'truth'
+    unless `truth` is False), as float64."""
+    m = np.asarray(margins, np.float64).astype(dtype)
+    out = {}
+    with jax.enable_x64(np.dtype(dtype) == np.float64):
+        logits = jnp.stack([jnp.asarray(m), jnp.zeros(m.shape, dtype)], axis=-1)
+        labels = jnp.zeros(m.shape, jnp.int32)
+        for name, mod in _LOSSES.items():
+            grad = jax.vmap(jax.grad(mod.cross_entropy))(logits, labels)
+            out[name] = np.asarray(grad[:, 0]).astype(np.float64)
+    if truth:
+        exact = np.stack([m.astype(np.float64), np.zeros(m.shape)], -1)
+        out["truth"] = oracle.cross_entropy_grad(exact, np.zeros(m.shape, int))[:, 0]
+    out["m"] = m.astype(np.float64)
+    return out
+
+
+def soft_target_errors(
+    dtype, distances: np.ndarray, rows: int = 8, k: int = 10, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Median-over-rows max-abs gradient error per loss, and the truth's size, per distance."""
+    rng = np.random.default_rng(seed)
+    teacher64 = rng.normal(0.0, 3.0, (rows, k))
+    direction = rng.normal(size=(rows, k))
+    direction /= np.linalg.norm(direction, axis=-1, keepdims=True)
+    errors = {name: [] for name in _LOSSES}
+    size = []
+    with jax.enable_x64(np.dtype(dtype) == np.float64):
+        grads = {
+            name: jax.jit(jax.vmap(jax.grad(mod.soft_target_cross_entropy)))
+            for name, mod in _LOSSES.items()
+        }
+        for d in distances:
+            teacher = teacher64.astype(dtype)
+            student = (teacher64 + d * direction).astype(dtype)
+            true = oracle.soft_target_cross_entropy_grad(
+                student.astype(np.float64), teacher.astype(np.float64)
+            )
+            size.append(np.median(np.abs(true).max(-1)))
+            for name, fn in grads.items():
+                g = np.asarray(fn(jnp.asarray(student), jnp.asarray(teacher))).astype(np.float64)
+                errors[name].append(np.median(np.abs(g - true).max(-1)))
+    return {"distance": np.asarray(distances), "truth": np.asarray(size)} | {
+        k: np.asarray(v) for k, v in errors.items()
+    }
+
+
+def _floor(values: np.ndarray, floor: float) -> np.ndarray:
+    return np.where(values > 0, values, np.nan) if floor <= 0 else np.maximum(values, floor)
+
+
+def draw_fig1a(ctx: Context) -> list:
+    fig, axes = new_figure(1, 3, height=2.6)
+    for ax, (name, dtype) in zip(axes[0], DTYPES, strict=True):
+        tiny = float(ml_dtypes.finfo(dtype).smallest_subnormal)
+        hi = -np.log(tiny) * 1.08
+        g = target_gradients(dtype, np.linspace(0.05, hi, 400 if ctx.quick else 1200))
+        m = g["m"]
+        ax.plot(m, -g["truth"], color="black", linestyle="--", linewidth=1.0, label="mpmath")
+        for loss in _LOSSES:
+            mag = -g[loss]
+            ax.plot(m, np.where(mag > 0, mag, np.nan), color=LOSS_COLORS[loss], label=loss)
+            zero = m[mag == 0]
+            if zero.size:  # exactly-zero gradients, drawn on the bottom edge
+                ax.plot(
+                    zero,
+                    np.full(zero.shape, tiny),
+                    "|",
+                    color=LOSS_COLORS[loss],
+                    markersize=6,
+                    alpha=0.6,
+                    label=f"{loss}: exactly 0",
+                )
+        mark_cliffs(
+            ax, {f"c = {numerics.precision_cliff(dtype):.1f}": numerics.precision_cliff(dtype)}
+        )
+        ax.set_yscale("log")
+        ax.set_ylim(tiny, 1.5)
+        ax.set_xlim(0, hi)
+        ax.set_title(f"{name}: target-logit gradient")
+        ax.set_xlabel("logit margin m")
+    axes[0, 0].set_ylabel("|dL/dz_t|")
+    axes[0, 0].legend(loc="lower left")
+    return save(fig, ctx, "fig1a")
+
+
+def draw_fig1b(ctx: Context) -> list:
+    fig, axes = new_figure(1, 3, width=7.8, height=2.6)
+    distances = np.logspace(-14, 0, 15 if ctx.quick else 43)
+    for ax, (name, dtype) in zip(axes[0], DTYPES, strict=True):
+        e = soft_target_errors(dtype, distances)
+        ax.plot(distances, e["truth"], "k--", linewidth=1.0, label="|true gradient|")
+        bottom = 1e-34 if name == "fp64" else 1e-20
+        for loss in _LOSSES:
+            err = e[loss]
+            ax.plot(
+                distances,
+                np.where(err > 0, err, np.nan),
+                color=LOSS_COLORS[loss],
+                marker=".",
+                markersize=3,
+                label=f"{loss}: error",
+            )
+            zero = distances[err == 0]
+            if zero.size:  # error exactly 0, drawn on the bottom edge
+                ax.plot(
+                    zero,
+                    np.full(zero.shape, bottom),
+                    "|",
+                    color=LOSS_COLORS[loss],
+                    markersize=6,
+                    label=f"{loss}: error exactly 0",
+                )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylim(bottom, 10)
+        ax.set_title(f"{name}: soft-target gradient error")
+        ax.set_xlabel("distance |z_S - z_T|")
+    axes[0, 0].set_ylabel("max_k |g_k - g_k(mpmath)|")
+    axes[0, 0].legend(loc="center left", fontsize=6.5)
+    return save(fig, ctx, "fig1b")
+
+
+def draw(ctx: Context) -> list:
+    """Both panels of Figure 1 (analytic: no training)."""
+    return draw_fig1a(ctx) + draw_fig1b(ctx)

@@ -1,0 +1,66 @@
+"""Figure 6: four grokking benchmarks at eps 1e-12 (fp32 standard, fp32 fixed, fp64 standard).
+
+Columns: a+b mod 113 (Nanda's transformer), a+b mod 31 (Varma's), a^2+b^2 mod 97 and
+a^3+b mod 97 (2-layer MLPs). Rows: exact training cross-entropy, mean training margin
+(c32 and c64 marked), test accuracy. One thin line per seed.
+
+    python -m figures fig6 [--quick | --full]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import numerics
+from figures._common import Context, mark_cliffs, new_figure, save, select
+
+NAMES = ("fig6",)
+RECIPES = ("fig6-mod113", "fig6-mod31", "fig6-sq", "fig6-cube")
+VARIANTS = (  # (precision, loss, colour, label)
+    ("fp32", "standard", "#b2182b", "fp32 standard"),
+    ("fp32", "fixed", "#1b7837", "fp32 fixed"),
+    ("fp64", "standard", "#4d4d4d", "fp64 standard"),
+)
+_TITLES = {
+    "fig6-mod113": "a+b mod 113 (transformer)",
+    "fig6-mod31": "a+b mod 31 (transformer)",
+    "fig6-sq": "a^2+b^2 mod 97 (MLP)",
+    "fig6-cube": "a^3+b mod 97 (MLP)",
+}
+
+
+def draw(ctx: Context) -> list:
+    """Figure 6 from the four fig6-* recipes."""
+    fig, axes = new_figure(3, 4, width=9.0, height=2.0)
+    for col, recipe in enumerate(RECIPES):
+        runs = ctx.runs(recipe)
+        ax_loss, ax_margin, ax_acc = axes[:, col]
+        for precision, loss, color, label in VARIANTS:
+            for i, run in enumerate(select(runs, precision=precision, loss=loss)):
+                m = run.metrics
+                kw = {
+                    "color": color,
+                    "alpha": 0.8,
+                    "linewidth": 0.9,
+                    "label": label if i == 0 else None,
+                }
+                ax_loss.plot(m["step"], np.maximum(m["train_ce"], 1e-30), **kw)
+                ax_margin.plot(m["step"], m["margin_mean"], **kw)
+                ax_acc.plot(m["test_step"], 100 * m["test_acc"], **kw)
+        mark_cliffs(
+            ax_margin,
+            {
+                "c32": numerics.precision_cliff(np.float32),
+                "c64": numerics.precision_cliff(np.float64),
+            },
+            axis="y",
+        )
+        ax_loss.set_yscale("log")
+        ax_loss.set_title(_TITLES[recipe])
+        ax_acc.set_ylim(-2, 102)
+        ax_acc.set_xlabel("step")
+    axes[0, 0].set_ylabel("train cross-entropy")
+    axes[1, 0].set_ylabel("mean train margin")
+    axes[2, 0].set_ylabel("test accuracy (%)")
+    axes[2, 0].legend(loc="lower right")
+    return save(fig, ctx, "fig6")
