@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from grokbench.precision import get_precision
-from tasks import ACTIVATIONS, OPERATIONS, MLPConfig, ModularTask, TransformerConfig
+from tasks import (
+    ACTIVATIONS,
+    DISTILL_LOSSES,
+    OPERATIONS,
+    MLPConfig,
+    ModularTask,
+    TransformerConfig,
+)
 
 __all__ = [
     "ADDED_FIELDS",
@@ -39,7 +46,9 @@ CONFIG_VERSION = 1
 """Bumped when the engine's numbers or stored metrics change meaning; part of the run hash."""
 
 LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
-"""Loss variants: numerics.cross_entropy, numerics.standard.cross_entropy, and the baselines."""
+"""Loss variants: numerics.cross_entropy, numerics.standard.cross_entropy, and the baselines.
+A distillation run (teacher_steps > 0) takes fixed or standard: the soft-target CEs of
+`tasks.DISTILL_LOSSES`."""
 
 MODELS: tuple[str, ...] = ("transformer", "mlp")
 """The 1-layer transformer (Nanda/Varma) and the 2-layer one-hot MLP (Doshi et al.)."""
@@ -47,7 +56,7 @@ MODELS: tuple[str, ...] = ("transformer", "mlp")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "laprop")
 """Optimizers of grokbench.optimizers (adam has no weight decay)."""
 
-ADDED_FIELDS: tuple[str, ...] = ()
+ADDED_FIELDS: tuple[str, ...] = ("teacher_steps", "temperature")
 """Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
 out of `identity` and the hash, so adding a field does not orphan the runs already stored.
 A new field goes here (with a default that reproduces the old behaviour), not into a bump of
@@ -93,6 +102,9 @@ class RunConfig:
     steps: int = 10_000  # fig2-top / Table 1 train 10,000 full-batch steps
     eval_every: int = 100  # test loss/accuracy cadence; 1% of the steps costs ~nothing
     seed: int = 0  # model init seed (runs of a sweep use seed, seed + 1, ...)
+    # Distillation (fig7, grokbench.distill); off by default: a run trains from scratch.
+    teacher_steps: int = 0  # N > 0: the student starts as a teacher trained N steps (fig7: 5,000)
+    temperature: float = 4.0  # fig7's T = 4 (Hinton et al.): the teacher's m/T stays below c16
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -128,6 +140,7 @@ class RunConfig:
             f"steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})",
         )
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        _check_distill(self)
 
     def modular_task(self) -> ModularTask:
         """The dataset this run trains on."""
@@ -154,6 +167,28 @@ class RunConfig:
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def _check_distill(cfg: RunConfig) -> None:
+    _check(cfg.teacher_steps >= 0, f"teacher_steps must be >= 0, got {cfg.teacher_steps}")
+    _check(cfg.temperature > 0, f"temperature must be > 0, got {cfg.temperature}")
+    if not cfg.teacher_steps:
+        default = RunConfig.__dataclass_fields__["temperature"].default
+        _check(
+            cfg.temperature == default,
+            "temperature applies to distillation runs only (set teacher_steps > 0)",
+        )
+        return
+    _check(
+        cfg.loss in DISTILL_LOSSES,
+        f"a distillation run's loss is one of {', '.join(DISTILL_LOSSES)} (soft-target CE); "
+        f"got {cfg.loss!r}",
+    )
+    _check(
+        cfg.eval_every == 1,
+        "a distillation run records test metrics every step: eval_every must be 1, "
+        f"got {cfg.eval_every}",
+    )
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

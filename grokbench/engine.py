@@ -65,6 +65,7 @@ class RunOutput:
     config: RunConfig
     metrics: dict[str, np.ndarray]
     seconds: float
+    params: dict[str, np.ndarray] | None = None  # final parameters (a distillation teacher's)
 
 
 class _Hyper(NamedTuple):
@@ -172,6 +173,7 @@ class Prepared(NamedTuple):
     run_chunk: Callable  # jitted: (state, hyper, data, n_blocks) -> (state, (steps, tests))
     n_blocks: int  # evaluation blocks per chunk (static argument of run_chunk)
     n_chunks: int
+    n_runs: int  # the real runs: the first n_runs of the (possibly padded) batch axis
 
 
 def prepare(
@@ -179,9 +181,12 @@ def prepare(
 ) -> Prepared:
     """Build and initialize a batch; call inside `precision_scope(configs[0].precision)`."""
     cfg = _check_batch(configs)
+    n_runs = len(configs)
     n_evals = cfg.steps // cfg.eval_every
     n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
     data = _Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+    if shard:
+        configs = _pad(configs, jax.local_device_count())
     # Hyperparameters in JAX's default float (float64 only inside an fp64 scope); each
     # optimizer rounds them to the parameter dtype where it uses them.
     hyper = _Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields))
@@ -189,11 +194,26 @@ def prepare(
     if shard:
         seeds, hyper, data = _place(seeds, hyper, data)
     init, run_chunk = _compiled(dataclasses.replace(cfg, **_NEUTRAL), fast)
-    return Prepared(init(seeds, hyper), hyper, data, run_chunk, n_blocks, n_evals // n_blocks)
+    state = init(seeds, hyper)
+    return Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
+
+
+def _pad(configs: Sequence[RunConfig], n_devices: int) -> list[RunConfig]:
+    """Repeat the last run until the batch divides over the devices (results are dropped).
+
+    A batch of 3 on 2 host devices then runs 2 + 2 in parallel instead of 3 on one device:
+    the padded run costs a core that would otherwise idle. A single run is left alone.
+    """
+    configs = list(configs)
+    if n_devices < 2 or len(configs) < 2:
+        return configs
+    return configs + [configs[-1]] * (-len(configs) % n_devices)
 
 
 def _place(seeds: jax.Array, hyper: _Hyper, data: _Data) -> tuple[jax.Array, _Hyper, _Data]:
     """Shard the run axis over all local devices when it divides evenly; data is replicated.
+
+    `prepare` pads the batch (`_pad`) so it divides whenever it has more than one run.
 
     On a CPU split into host devices (`grokbench run` makes one per core) each device runs
     its share of the batch on its own thread: the small per-run ops of this model leave
@@ -244,12 +264,18 @@ def train(
     progress: bool = True,
     fast: bool = True,
     desc: str | None = None,
+    shard: bool = True,
+    on_chunk: Callable[[int], object] | None = None,
 ) -> list[RunOutput]:
-    """Train `configs` (one shape group) as one vmapped batch; metrics as NumPy columns."""
+    """Train `configs` (one shape group) as one vmapped batch; metrics as NumPy columns.
+
+    `shard=False` keeps the batch on one device; `on_chunk(steps)` is called as each chunk's
+    metrics reach the host, with the steps every run advanced (for a caller's progress bar).
+    """
     cfg = _check_batch(configs)
     start = time.perf_counter()
     with precision_scope(cfg.precision):
-        batch = prepare(configs, chunk_steps, fast)
+        batch = prepare(configs, chunk_steps, fast, shard)
         steps_per_chunk = batch.n_blocks * cfg.eval_every
         state, chunks, pending = batch.state, [], None
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
@@ -259,12 +285,23 @@ def train(
                 if pending is not None:  # fetch the previous chunk while this one runs
                     chunks.append(jax.device_get(pending))
                     bar.update(steps_per_chunk)
+                    if on_chunk is not None:
+                        on_chunk(steps_per_chunk)
                 pending = out
             chunks.append(jax.device_get(pending))
             bar.update(steps_per_chunk)
+            if on_chunk is not None:
+                on_chunk(steps_per_chunk)
     seconds = time.perf_counter() - start
+    final = jax.device_get(state[0])
     return [
-        RunOutput(c, _columns(chunks, r, cfg.eval_every), seconds) for r, c in enumerate(configs)
+        RunOutput(
+            c,
+            _columns(chunks, r, cfg.eval_every),
+            seconds,
+            jax.tree.map(lambda x, r=r: np.asarray(x[r]), final),
+        )
+        for r, c in enumerate(configs)
     ]
 
 

@@ -1,15 +1,23 @@
-"""Run a list of configs through the store: load what is finished, batch and train the rest."""
+"""Run a list of configs through the store: load what is finished, batch and train the rest.
+
+A finished run is one whose summary.json and metrics.npz both read back whole; anything
+else (never started, killed mid-training, a truncated file) is trained again. Training
+happens in units (`plan_units`): batches of one shape group, one compiled program each,
+handed to an executor (`grokbench.executors`: this process, or Ray).
+"""
 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from grokbench import engine, slingshot
+import tqdm
+
+from grokbench import distill, executors, slingshot
 from grokbench.config import RunConfig, group_key
 from grokbench.store import Store, atomic_write_json, load_metrics
 
-__all__ = ["format_table", "group_runs", "run_configs", "write_out"]
+__all__ = ["format_table", "group_runs", "plan_units", "run_configs", "write_out"]
 
 
 def group_runs(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
@@ -20,8 +28,13 @@ def group_runs(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
     return list(groups.values())
 
 
-def _describe(cfg: RunConfig, n: int) -> str:
-    return f"{cfg.task} mod {cfg.p} {cfg.model} {cfg.precision} {cfg.loss} x{n}"
+def plan_units(configs: Sequence[RunConfig], max_batch: int | None = None) -> list[list[RunConfig]]:
+    """Shape groups split into consecutive batches of at most `max_batch` runs (None: whole)."""
+    units = []
+    for group in group_runs(configs):
+        size = len(group) if max_batch is None else max_batch
+        units.extend(group[i : i + size] for i in range(0, len(group), size))
+    return units
 
 
 def run_configs(
@@ -31,26 +44,57 @@ def run_configs(
     progress: bool = True,
     chunk_steps: int = 1000,
     fast: bool = True,
+    executor: executors.Executor | None = None,
+    max_batch: int | None = None,
+    whole_units: bool = False,
+    on_unit: Callable[[], object] | None = None,
 ) -> list[dict]:
     """Summaries of `configs` in order; finished runs are loaded, the others trained and saved.
 
     Each summary gets two extra keys that are not stored: `run_dir` and `cached` (whether it
-    was loaded rather than trained by this call).
+    was loaded rather than trained by this call). `whole_units=True` plans units over all of
+    `configs`, finished or not, and retrains a unit whole if any of its runs is missing: a
+    run's last bits depend on the batch it shares (XLA picks kernels by batch shape), so a
+    resumed sweep then stores exactly what an uninterrupted one would. `on_unit()` is called
+    after each unit is stored.
     """
     unique = list(dict.fromkeys(configs))
     done = {cfg: _load(store, cfg) for cfg in unique}
     todo = [cfg for cfg in unique if done[cfg] is None]
-    trained = set()
-    groups = group_runs(todo)
-    for i, group in enumerate(groups):
-        desc = f"[{i + 1}/{len(groups)}] {_describe(group[0], len(group))}"
-        for out in engine.train(
-            group, chunk_steps=chunk_steps, progress=progress, fast=fast, desc=desc
-        ):
-            summary = slingshot.summarize(out.config, out.metrics, out.seconds)
-            store.save(out.config, out.metrics, summary)
-            done[out.config] = summary
-            trained.add(out.config)
+    # Distillation runs have their own loop, teachers first (grokbench.distill).
+    students = distill.run_students(
+        [cfg for cfg in todo if cfg.teacher_steps],
+        store,
+        progress=progress,
+        chunk_steps=chunk_steps,
+        fast=fast,
+    )
+    done.update(students)
+    unique = [cfg for cfg in unique if not cfg.teacher_steps]
+    todo = [cfg for cfg in todo if not cfg.teacher_steps]
+    units = [
+        unit
+        for unit in plan_units(unique if whole_units else todo, max_batch)
+        if any(done[cfg] is None for cfg in unit)
+    ]
+    trained = set(students)
+    total = sum(cfg.steps for unit in units for cfg in unit)
+    desc = f"{len(todo)} runs in {len(units)} programs"
+    bar = tqdm.tqdm(
+        total=total, unit="run-step", unit_scale=True, desc=desc, disable=not progress or not total
+    )
+    with bar:
+        runner = executor or executors.LocalExecutor()
+        for outputs in runner.map(units, chunk_steps=chunk_steps, fast=fast, on_steps=bar.update):
+            for out in outputs:
+                if done[out.config] is not None:
+                    continue  # stored by an earlier, interrupted call: the same numbers
+                summary = slingshot.summarize(out.config, out.metrics, out.seconds)
+                store.save(out.config, out.metrics, summary)
+                done[out.config] = summary
+                trained.add(out.config)
+            if on_unit is not None:
+                on_unit()
     return [
         {**done[cfg], "run_dir": str(store.run_dir(cfg)), "cached": cfg not in trained}
         for cfg in configs
@@ -60,9 +104,12 @@ def run_configs(
 def _load(store: Store, cfg: RunConfig) -> dict | None:
     """A finished run's summary; one written by an older summary rule is rebuilt from metrics."""
     summary = store.load_summary(cfg)
-    if summary is not None and summary.get("summary_version") != slingshot.SUMMARY_VERSION:
+    if summary is not None and not store.metrics_ok(cfg):
+        summary = None  # summary.json without whole metrics: a damaged run, trained again
+    rule = distill if cfg.teacher_steps else slingshot
+    if summary is not None and summary.get("summary_version") != rule.SUMMARY_VERSION:
         metrics = load_metrics(store.run_dir(cfg))
-        summary = slingshot.summarize(cfg, metrics, summary["seconds"])
+        summary = rule.summarize(cfg, metrics, summary["seconds"])
         atomic_write_json(store.run_dir(cfg) / "summary.json", summary)
     return summary
 
@@ -80,6 +127,8 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def format_table(summaries: Sequence[dict]) -> str:
     """One line per run: the keys that vary across runs, then the headline numbers."""
+    if summaries and all("kl_final" in s for s in summaries):
+        return distill.format_table(summaries)  # distillation runs: residual, KL and drift
     configs = [s["config"] for s in summaries]
     varying = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1] if configs else []
     keys = [k for k in varying if k != "seed"] + ["seed"]

@@ -18,12 +18,20 @@ nothing) and the training accuracy:
 On fig2-top (fp32, eps 1e-8) this counts one spike per slingshot cycle of standard CE
 (about every 1,300 steps, loss from ~3e-7 to 1e-2 .. 1e0) and none for fixed CE, whose
 loss settles near 5e-8 and wobbles by less than 2x.
+
+Each spike is described (`describe_spikes`) by its start step, its peak loss (the largest
+loss while it is open), its height in decades (log10 of the peak over the loss at launch),
+and the state at launch: the last step before the start whose loss is still within
+LAUNCH_FACTOR of the lowest loss of the SPIKE_WINDOW steps before it (the floor the spike
+rose from), with its mean and median margin and the fraction of training examples whose
+margin is past the compute dtype's cliff there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,13 +41,17 @@ from grokbench.config import RunConfig
 from grokbench.precision import get_precision
 
 __all__ = [
+    "LAUNCH_FACTOR",
     "SPIKE_FACTOR",
     "SPIKE_FLOOR",
     "SPIKE_HYSTERESIS",
     "SPIKE_QUIET",
     "SPIKE_WINDOW",
     "SUMMARY_VERSION",
+    "Spike",
     "count_spikes",
+    "describe_spikes",
+    "format_spikes",
     "memorization_step",
     "spike_steps",
     "summarize",
@@ -63,6 +75,9 @@ SPIKE_HYSTERESIS = 2.0
 SPIKE_QUIET = 50
 """...for this many consecutive steps."""
 
+LAUNCH_FACTOR = 2.0
+"""A spike launches from the last step before it within this factor of the window's minimum."""
+
 
 def memorization_step(train_acc: np.ndarray) -> int | None:
     """Index of the first step with training accuracy 1 (100%), or None."""
@@ -80,31 +95,136 @@ def spike_steps(
     quiet: int = SPIKE_QUIET,
 ) -> list[int]:
     """The step at which each spike starts, by the module's rule."""
+    rule = {"factor": factor, "floor": floor, "window": window}
+    return [s for s, _ in _spike_spans(train_loss, train_acc, hysteresis, quiet, **rule)]
+
+
+def _spike_spans(
+    train_loss: np.ndarray,
+    train_acc: np.ndarray,
+    hysteresis: float,
+    quiet: int,
+    *,
+    factor: float,
+    floor: float,
+    window: int,
+) -> list[tuple[int, int]]:
+    """(start, end) of each spike, end exclusive: the steps while it is open."""
     loss = np.asarray(train_loss, dtype=np.float64)
     start = memorization_step(train_acc)
     if start is None:
         return []
-    out, running_min, open_spike, calm = [], loss[start], False, 0
+    out, running_min, open_at, calm = [], loss[start], None, 0
+    t = start + 1
     for t in range(start + 1, len(loss)):
         value = loss[t]
         if np.isnan(value):
             break  # a diverged run: nothing after NaN is meaningful
         threshold = max(factor * running_min, floor)
-        if not open_spike:
+        if open_at is None:
             recent_min = loss[max(start, t - window) : t].min()
             if value >= threshold and value >= factor * recent_min:
-                out.append(t)
-                open_spike, calm = True, 0
+                open_at, calm = t, 0
         else:
             calm = calm + 1 if value < threshold / hysteresis else 0
-            open_spike = calm < quiet
+            if calm >= quiet:
+                out.append((open_at, t - quiet + 1))
+                open_at = None
         running_min = min(running_min, value)
+    if open_at is not None:
+        out.append((open_at, t + 1))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Spike:
+    """One slingshot spike: where it starts, how high it goes, the state it launched from."""
+
+    step: int  # first step at or past the threshold
+    peak_loss: float  # largest training CE while the spike is open (nats)
+    height: float  # log10(peak_loss / launch loss): decades the loss jumped
+    launch_step: int  # last step before `step` still on the loss floor (module docstring)
+    margin_before: float  # mean margin at launch_step
+    median_margin_before: float  # median margin at launch_step
+    past_cliff_before: float  # fraction of training examples past the cliff at launch_step
+
+
+def describe_spikes(metrics: Mapping[str, np.ndarray], window: int = SPIKE_WINDOW) -> list[Spike]:
+    """Every spike of a run's metrics (`train_ce`, `train_acc`, margins, `frac_past_cliff`)."""
+    loss = np.asarray(metrics["train_ce"], dtype=np.float64)
+    mem = memorization_step(metrics["train_acc"])
+    spans = _spike_spans(
+        loss,
+        metrics["train_acc"],
+        SPIKE_HYSTERESIS,
+        SPIKE_QUIET,
+        factor=SPIKE_FACTOR,
+        floor=SPIKE_FLOOR,
+        window=window,
+    )
+    out = []
+    for start, end in spans:
+        lo = max(mem if mem is not None else 0, start - window)
+        floor_ = loss[lo:start].min()
+        launch = lo + int(np.flatnonzero(loss[lo:start] <= LAUNCH_FACTOR * floor_)[-1])
+        peak = float(np.nanmax(loss[start:end]))
+        out.append(
+            Spike(
+                step=start,
+                peak_loss=peak,
+                height=math.log10(peak / loss[launch]) if loss[launch] > 0 else math.inf,
+                launch_step=launch,
+                margin_before=float(metrics["margin_mean"][launch]),
+                median_margin_before=float(metrics["margin_median"][launch]),
+                past_cliff_before=float(metrics["frac_past_cliff"][launch]),
+            )
+        )
     return out
 
 
 def count_spikes(train_loss: np.ndarray, train_acc: np.ndarray, **rule: float) -> int:
     """Number of slingshot spikes after memorization (see the module docstring)."""
     return len(spike_steps(train_loss, train_acc, **rule))
+
+
+def format_spikes(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]]) -> str:
+    """A table of every spike of (summary, metrics) runs; a run without spikes gets one row."""
+    configs = [summary["config"] for summary, _ in runs]
+    varying = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1] if runs else []
+    keys = [k for k in varying if k != "seed"] + ["seed"]
+    header = [*keys, "spike", "step", "peak_loss", "decades", "margin", "median", "past_cliff"]
+    header.append("cliff")
+    rows = []
+    for (_, metrics), cfg in zip(runs, configs, strict=True):
+        compute = get_precision(cfg["precision"]).compute_dtype
+        ident = [str(cfg[k]) for k in keys]
+        cliff = f"{numerics.precision_cliff(compute):.2f}"
+        spikes = describe_spikes(metrics)
+        if not spikes:
+            rows.append([*ident, "0", "-", "-", "-", "-", "-", "-", cliff])
+        for i, spike in enumerate(spikes, 1):
+            rows.append(
+                [
+                    *ident,
+                    f"{i}/{len(spikes)}",
+                    str(spike.step),
+                    f"{spike.peak_loss:.2e}",
+                    f"{spike.height:.1f}",
+                    f"{spike.margin_before:.2f}",
+                    f"{spike.median_margin_before:.2f}",
+                    f"{spike.past_cliff_before:.3f}",
+                    cliff,
+                ]
+            )
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
+    total = sum(r[len(keys)] != "0" for r in rows)
+    lines.append(
+        f"\n{total} spikes in {len(runs)} runs. margin, median and past_cliff: mean and median "
+        "training margin and the fraction of examples past the cliff at the step the spike "
+        "launched from; decades: log10(peak / loss at launch)."
+    )
+    return "\n".join(lines)
 
 
 def _num(x: Any) -> float | None:

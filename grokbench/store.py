@@ -1,6 +1,7 @@
 """The results store: one directory per resolved run config, written atomically.
 
-Layout: ROOT/runs/HASH/{config.json, metrics.npz, summary.json}, HASH = `config_hash`.
+Layout: ROOT/runs/HASH/{config.json, metrics.npz, summary.json}, HASH = `config_hash`, plus
+params.npz (the final parameters, one array per name) for runs saved with them (teachers).
 Every file is written to a temporary name in the same directory and `os.replace`d into
 place, and summary.json is written last: a run directory with a summary.json is complete,
 anything else is an interrupted run and is retrained. metrics.npz is columnar: one 1-D
@@ -15,6 +16,7 @@ import json
 import os
 import pathlib
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,18 +94,62 @@ class Store:
         path = self.run_dir(cfg) / "summary.json"
         if not path.is_file():
             return None
-        summary = json.loads(path.read_text())
-        stored = summary.get("config")
+        try:
+            summary = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None  # truncated or garbled (not by this store's atomic writes): redo the run
+        stored = summary.get("config") if isinstance(summary, dict) else None
         if not isinstance(stored, dict) or identity(RunConfig(**stored)) != identity(cfg):
             # A hash collision or a hand-edited file.
             raise RuntimeError(f"{path} holds a different config than its hash says")
         return summary
 
-    def save(self, cfg: RunConfig, metrics: Mapping[str, np.ndarray], summary: dict) -> None:
-        """Write config.json, metrics.npz, then summary.json (which marks the run finished)."""
+    def metrics_ok(self, cfg: RunConfig) -> bool:
+        """Whether `cfg`'s metrics.npz reads back whole: every column, `cfg.steps` steps long."""
+        try:
+            # An open file of our own: np.load leaks its handle when the zip is unreadable.
+            with open(self.run_dir(cfg) / "metrics.npz", "rb") as f, np.load(f) as npz:
+                cols = {name: npz[name] for name in npz.files}
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+            return False  # missing, truncated, or a member failing its CRC
+        n_steps, n_tests = len(cols.get("step", ())), len(cols.get("test_step", ()))
+        lengths_ok = all(len(v) in (n_steps, n_tests) for v in cols.values())
+        return n_steps == cfg.steps and n_tests > 0 and lengths_ok
+
+    def remove_temporaries(self) -> int:
+        """Delete the temporary files of writes a kill interrupted; only while no one writes."""
+        stale = list((self.root / "runs").glob("*/.*.tmp"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)
+
+    def save(
+        self,
+        cfg: RunConfig,
+        metrics: Mapping[str, np.ndarray],
+        summary: dict,
+        params: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        """Write config.json, metrics.npz, params.npz if given, then summary.json (run finished)."""
         run_dir = self.run_dir(cfg)
+        # An old summary.json would vouch for the files rewritten below until the new one lands.
+        (run_dir / "summary.json").unlink(missing_ok=True)
         atomic_write_json(run_dir / "config.json", cfg.to_dict())
         buf = io.BytesIO()
         np.savez(buf, **{name: np.asarray(col) for name, col in metrics.items()})
         atomic_write_bytes(run_dir / "metrics.npz", buf.getvalue())
+        if params is not None:
+            buf = io.BytesIO()
+            np.savez(buf, **{name: np.asarray(x) for name, x in params.items()})
+            atomic_write_bytes(run_dir / "params.npz", buf.getvalue())
         atomic_write_json(run_dir / "summary.json", summary)
+
+    def load_params(self, cfg: RunConfig) -> dict[str, np.ndarray] | None:
+        """A finished run's final parameters, or None if it was not saved with them."""
+        if self.load_summary(cfg) is None:
+            return None
+        try:
+            with np.load(self.run_dir(cfg) / "params.npz") as npz:
+                return {name: npz[name] for name in npz.files}
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+            return None  # missing or damaged: the caller retrains

@@ -24,6 +24,7 @@ REQUIRED_RECIPES = [
     "fig6-sq",
     "fig6-cube",
     "fig4",
+    "fig7",
 ]
 CONTRACT_KEYS = [
     "task",

@@ -57,17 +57,32 @@ def test_vmapped_batch_equals_individual_runs(batched):
             )
 
 
-def test_sharded_batch_equals_unsharded(batched):
-    cfgs = _variants()[:2]  # 2 runs over the 2 host devices of tests/conftest.py
+@pytest.mark.parametrize("n_runs", [2, 3], ids=["even", "padded"])
+def test_sharded_batch_equals_single_device(batched, n_runs):
+    cfgs = _variants()[:n_runs]  # over the 2 host devices of tests/conftest.py
     assert jax.local_device_count() == 2
     with precision_scope(TINY.precision):
-        state = engine.prepare(cfgs).state
-    assert len(jax.tree.leaves(state)[0].sharding.device_set) == 2
-    for out, ref in zip(engine.train(cfgs, progress=False), batched[:2], strict=True):
+        batch = engine.prepare(cfgs)
+    leaf = jax.tree.leaves(batch.state)[0]
+    assert batch.n_runs == n_runs and leaf.shape[0] == (4 if n_runs == 3 else 2)
+    assert len(leaf.sharding.device_set) == 2
+    with precision_scope(TINY.precision):
+        leaf = jax.tree.leaves(engine.prepare(cfgs, shard=False).state)[0]
+    assert len(leaf.sharding.device_set) == 1
+    single = engine.train(cfgs, progress=False, shard=False)
+    sharded = engine.train(cfgs, progress=False) if n_runs == 2 else batched
+    for out, ref in zip(sharded, single, strict=True):
+        assert out.config == ref.config
         for name, column in ref.metrics.items():
             np.testing.assert_allclose(
                 out.metrics[name], column, rtol=2e-5, atol=1e-7, err_msg=name
             )
+
+
+def test_progress_callback_counts_every_step():
+    seen = []
+    engine.train(_variants()[:1], progress=False, chunk_steps=10, on_chunk=seen.append)
+    assert seen == [10, 10]
 
 
 def test_runs_in_a_batch_differ(batched):

@@ -9,7 +9,10 @@ from tests._docs import documented_constants
 
 NAMES = (
     "config",
+    "distill",
     "engine",
+    "equilibrium",
+    "executors",
     "experiment",
     "metrics",
     "optimizers",
@@ -17,6 +20,7 @@ NAMES = (
     "recipes",
     "slingshot",
     "store",
+    "sweep",
 )
 MODULES = tuple(importlib.import_module(f"grokbench.{name}") for name in NAMES)
 

@@ -1,0 +1,119 @@
+"""Quantization-lab figures, drawn from stored results (never trains).
+
+`draw_quant_figures(table, out)` takes the table `grokbench.quant.run_quant` returns (or the
+path of its quant_table.json) and writes, per model family:
+
+- quant_attention_FAMILY.png: for each variant, the attention pattern of its most
+  no-op-like head (the head with the largest mean attention mass on delimiter and special
+  tokens) on the first validation sequence, with the key/query tokens on the axes;
+- quant_outlier_dims_FAMILY.png: for each variant and layer, how many outliers (entries
+  beyond 6 sigma) each hidden dimension of the FFN output carries on the validation set.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["draw_quant_figures"]
+
+
+def _load_table(table: dict | str | pathlib.Path) -> dict:
+    if isinstance(table, dict):
+        return table
+    path = pathlib.Path(table)
+    if path.is_dir():
+        path = path / "quant_table.json"
+    return json.loads(path.read_text())
+
+
+def _analysis(row: dict) -> dict[str, np.ndarray]:
+    with np.load(row["analysis"]) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def _attention_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathlib.Path:
+    n = len(rows)
+    cols = min(n, 3)
+    grid_rows = -(-n // cols)
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(4.6 * cols, 4.4 * grid_rows), squeeze=False)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    for ax, row in zip(axes.ravel(), rows, strict=False):
+        data = _analysis(row)
+        mass = data["delimiter_attention"]  # (L, H)
+        layer, head = np.unravel_index(int(np.argmax(mass)), mass.shape)
+        probs = data["example_probs"][layer, head]
+        names = data["token_names"]
+        labels = [str(names[int(t)]) for t in data["example_tokens"]]
+        # Square-root colour scale: a no-op head's small off-delimiter mass stays visible.
+        norm = matplotlib.colors.PowerNorm(0.5, vmin=0.0, vmax=max(float(probs.max()), 1e-6))
+        ax.imshow(probs, cmap="viridis", norm=norm)
+        ticks = np.arange(len(labels))
+        ax.set_xticks(ticks, labels, fontsize=4, rotation=90)
+        ax.set_yticks(ticks, labels, fontsize=4)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        dead = " (all zero: dead)" if not probs.any() else ""
+        ax.set_title(
+            f"{row['label']}\nlayer {layer} head {head}: "
+            f"{mass[layer, head]:.0%} of attention on delimiters{dead}",
+            fontsize=8,
+        )
+    fig.suptitle(f"Most no-op-like head per variant ({family}, first validation sequence)")
+    fig.tight_layout()
+    path = out / f"quant_attention_{family}.png"
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def _outlier_dims_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathlib.Path:
+    layers = _analysis(rows[0])["outlier_dims"].shape[0]
+    fig, axes = plt.subplots(
+        len(rows), layers, figsize=(3.2 * layers, 1.7 * len(rows)), squeeze=False, sharex=True
+    )
+    for i, row in enumerate(rows):
+        dims = _analysis(row)["outlier_dims"]  # (L, D)
+        for layer in range(layers):
+            ax = axes[i, layer]
+            ax.bar(np.arange(dims.shape[1]), dims[layer], width=1.0, color="tab:red")
+            ax.set_ylim(bottom=0, top=max(1.0, float(dims.max()) * 1.1))
+            if not dims[layer].any():
+                ax.text(0.5, 0.5, "no outliers", ha="center", va="center", transform=ax.transAxes)
+            ax.tick_params(labelsize=6)
+            if i == 0:
+                ax.set_title(f"layer {layer} FFN output", fontsize=8)
+            if layer == 0:
+                ax.set_ylabel(row["label"].replace(" (", "\n("), fontsize=6)
+            if i == len(rows) - 1:
+                ax.set_xlabel("hidden dimension", fontsize=7)
+    fig.suptitle(f"Outliers (> 6 sigma) per hidden dimension ({family}, validation set)")
+    fig.tight_layout()
+    path = out / f"quant_outlier_dims_{family}.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def draw_quant_figures(
+    table: dict | str | pathlib.Path, out: str | pathlib.Path
+) -> list[pathlib.Path]:
+    """Write the attention and outlier-dimension figures of every family; return their paths."""
+    table = _load_table(table)
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for family in ("encoder", "decoder"):
+        rows = [r for r in table["rows"] if r["family"] == family]
+        if rows:
+            paths.append(_attention_figure(rows, family, out))
+            paths.append(_outlier_dims_figure(rows, family, out))
+    return paths

@@ -1,0 +1,401 @@
+"""Distillation runs (fig7): a student started as its teacher, trained on its soft targets.
+
+A `RunConfig` with `teacher_steps > 0` is a distillation run. Its teacher is the ordinary run
+`teacher_config(cfg)` (same task, model and seed; the lab's reference AdamW recipe, fixed CE,
+fp32), trained by `grokbench.engine` and cached in the store with its final parameters
+(params.npz). The student starts from exactly those weights, cast to the run's parameter
+dtype, and trains with the run's optimizer on soft-target CE at temperature T against the
+teacher's logits on the training inputs (`tasks.DISTILL_LOSSES`: `fixed` or `standard`).
+
+The soft targets are the student's own logits at step 0. Separately compiled programs of the
+fast forward pass do not agree to the last bit (measured at p = 53: 2,801 of the 1404 x 53
+fp32 logits differ, by up to 4e-7, between a plain jit and the training step's vjp),
+and any such gap is a gradient the fixed loss rightly follows. Capturing z_T from the
+training step itself makes z_S = z_T at step 0 hold exactly, so the residual gradient
+measured there is the loss's own and nothing else.
+
+Like the engine, one jitted program trains a batch of runs (vmapped over seeds, i.e.
+teachers, and the optimizer's numbers) for a chunk of steps in a `lax.scan`; Python runs once
+per chunk. The program runs with x64 enabled so the KL metric is float64 in every precision;
+the student itself computes in its own dtypes (parameters, logits, loss and Adam state; only
+Adam's bias corrections 1 - b^t are formed in float64 and then rounded, as in any x64 scope).
+`experiment.run_configs` trains distillation runs here, in this process, before it hands the
+other runs to its executor.
+
+Per-step metrics (float64; step t uses the parameters after t updates):
+
+- `train_loss`: the objective as the step computed it (mean soft-target CE).
+- `kl`: mean over training inputs of KL(p_T || q_S) at temperature T (`tasks.kl_divergence`:
+  float64 from the logits, no cancellation; exactly 0 while z_S = z_T).
+- `logit_grad_max`: max over examples and classes of |d loss_i / d(z_S / T)|, the loss's
+  q - p; at step 0 the residual gradient of Softmax Cancellation.
+- `param_distance`: global L2 norm of theta_S - theta_T (parameter dtype, widened exactly).
+- `adam_step`: RMS of the optimizer direction m_hat / (sqrt(v_hat) + eps): ~1 once the
+  residual exceeds eps, when Adam turns it into steps of size lr.
+- `train_acc`, `margin_mean`: accuracy and mean logit margin on the training labels.
+- `test_acc`, `test_kl`: accuracy on the test split and KL to the teacher there (`test_step`
+  equals `step`: test metrics are taken every step, at the same parameters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+
+import numerics
+from grokbench import engine, slingshot
+from grokbench.config import RunConfig, group_key
+from grokbench.engine import _NEUTRAL, _Data, _direction_tx, _Hyper  # one optimizer rule
+from grokbench.optimizers import add_decayed_weights, scale_by_learning_rate
+from grokbench.precision import Precision, get_precision
+from grokbench.store import Store
+from tasks import DISTILL_LOSSES, build_model, kl_divergence, modular_split
+
+__all__ = [
+    "DISTILL_METRICS",
+    "SUMMARY_VERSION",
+    "format_table",
+    "run_students",
+    "summarize",
+    "teacher_config",
+    "train",
+    "train_teachers",
+]
+
+DISTILL_METRICS: tuple[str, ...] = (
+    "train_loss",
+    "kl",
+    "logit_grad_max",
+    "param_distance",
+    "adam_step",
+    "train_acc",
+    "margin_mean",
+    "test_acc",
+    "test_kl",
+)
+"""Metrics recorded at every step of a distillation run (see the module docstring)."""
+
+SUMMARY_VERSION = 1
+"""Bumped when a distillation summary's fields change: stored summaries are then rebuilt."""
+
+# The teacher shares everything that defines the function it computes with its student.
+_TEACHER_FIELDS = (
+    "task",
+    "p",
+    "train_fraction",
+    "split_seed",
+    "model",
+    "d_model",
+    "n_heads",
+    "d_mlp",
+    "layer_norm",
+    "mlp_width",
+    "activation",
+    "seed",
+)
+_TEACHER_EVAL_EVERY = 100  # the engine's default test cadence (gcd'ed with teacher_steps)
+
+
+def teacher_config(cfg: RunConfig) -> RunConfig:
+    """The ordinary run that trains `cfg`'s teacher: its task, model and seed, `teacher_steps`
+    steps of the reference recipe (AdamW lr 1e-3, betas 0.9/0.98, eps 1e-8, wd 1, fixed CE,
+    fp32)."""
+    if not cfg.teacher_steps:
+        raise ValueError("teacher_config needs a distillation run (teacher_steps > 0)")
+    return RunConfig(
+        **{name: getattr(cfg, name) for name in _TEACHER_FIELDS},
+        steps=cfg.teacher_steps,
+        eval_every=math.gcd(cfg.teacher_steps, _TEACHER_EVAL_EVERY),
+    )
+
+
+class _State(NamedTuple):
+    """A student's loop state; `targets`/`test_targets` hold z_T once `captured` is set."""
+
+    params: Any
+    opt_state: Any
+    targets: jax.Array  # (N, K) teacher logits on the training inputs
+    test_targets: jax.Array  # (M, K) teacher logits on the test inputs
+    captured: jax.Array  # bool
+
+
+def _sum_squares(tree: Any) -> jax.Array:
+    return sum(jnp.sum(jnp.square(x.astype(jnp.float64))) for x in jax.tree.leaves(tree))
+
+
+def _accuracy(logits_NxK: jax.Array, labels_N: jax.Array) -> jax.Array:
+    predicted_N = jnp.argmax(logits_NxK, axis=-1).astype(labels_N.dtype)
+    return jnp.mean((predicted_N == labels_N).astype(jnp.float64))
+
+
+def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable]:
+    """Per-run functions: init_one(teacher, h, data) -> (state, anchor) and
+    chunk_one(state, anchor, h, data, n_steps) -> (state, per-step metrics)."""
+    model = build_model(cfg.model_config(), fast=fast)
+    objective = DISTILL_LOSSES[cfg.loss]
+    temperature = cfg.temperature
+
+    def forward(params: Any, x: jax.Array) -> jax.Array:
+        return model.apply(policy.cast_to_compute(params), x)
+
+    def init_one(teacher: Any, h: _Hyper, data: _Data) -> tuple[_State, Any]:
+        params = policy.cast_to_param(teacher)  # the student *is* the teacher, in its dtype
+        k = cfg.model_config().num_classes
+        dt = policy.compute_dtype
+        state = _State(
+            params,
+            _direction_tx(cfg, h).init(params),
+            jnp.zeros((data.y_train.shape[0], k), dt),
+            jnp.zeros((data.y_test.shape[0], k), dt),
+            jnp.asarray(False),
+        )
+        return state, params
+
+    def train_step(state: _State, anchor: Any, h: _Hyper, data: _Data) -> tuple[_State, dict]:
+        params = state.params
+        logits, pullback = jax.vjp(lambda p: forward(p, data.x_train), params)
+        test_logits = forward(params, data.x_test)
+        # Step 0 captures the teacher's logits from this very computation (module docstring).
+        targets = jnp.where(state.captured, state.targets, logits)
+        test_targets = jnp.where(state.captured, state.test_targets, test_logits)
+        targets = jax.lax.stop_gradient(targets)
+        loss, dlogits = jax.value_and_grad(
+            lambda z: jnp.mean(objective(z, targets, temperature=temperature))
+        )(logits)
+        (grads,) = pullback(dlogits)
+        # The engine's optimizer chain, unrolled the same way: direction -> + wd * params -> * -lr.
+        direction, opt_state = _direction_tx(cfg, h).update(grads, state.opt_state)
+        decayed, _ = add_decayed_weights(h.weight_decay).update(
+            direction, optax.EmptyState(), params
+        )
+        updates, _ = scale_by_learning_rate(h.lr).update(decayed, optax.EmptyState())
+        new_params = optax.apply_updates(params, updates)
+        # The mean's 1/N and the tempering's 1/T undone: one example's q - p.
+        scale = jnp.asarray(logits.shape[0] * temperature, jnp.float64)
+        distance = jax.tree.map(
+            lambda a, b: a.astype(jnp.float64) - b.astype(jnp.float64), params, anchor
+        )
+        n_params = sum(x.size for x in jax.tree.leaves(params))
+        z64 = logits.astype(jnp.float64)  # widening is exact
+        metrics = {
+            "train_loss": loss.astype(jnp.float64),
+            "kl": jnp.mean(kl_divergence(targets, logits, temperature)),
+            "logit_grad_max": jnp.max(jnp.abs(dlogits.astype(jnp.float64))) * scale,
+            "param_distance": jnp.sqrt(_sum_squares(distance)),
+            "adam_step": jnp.sqrt(_sum_squares(direction) / n_params),
+            "train_acc": _accuracy(z64, data.y_train),
+            "margin_mean": jnp.mean(numerics.logit_margin(z64, data.y_train)),
+            "test_acc": _accuracy(test_logits.astype(jnp.float64), data.y_test),
+            "test_kl": jnp.mean(kl_divergence(test_targets, test_logits, temperature)),
+        }
+        new_state = _State(new_params, opt_state, targets, test_targets, jnp.asarray(True))
+        return new_state, metrics
+
+    def chunk_one(
+        state: _State, anchor: Any, h: _Hyper, data: _Data, n_steps: int
+    ) -> tuple[_State, dict]:
+        return jax.lax.scan(
+            lambda s, _: train_step(s, anchor, h, data), state, None, length=n_steps
+        )
+
+    return init_one, chunk_one
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
+    """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
+    init_one, chunk_one = _build(static, get_precision(static.precision), fast)
+    init = jax.jit(jax.vmap(init_one, in_axes=(0, 0, None)))
+    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, 0, 0, None, None)), static_argnums=4)
+    return init, chunk
+
+
+def _shard(trees: tuple, n_runs: int) -> tuple:
+    """Split the run axis over the local devices when it divides evenly (as the engine does)."""
+    devices = jax.local_devices()
+    if len(devices) < 2 or n_runs % len(devices):
+        return trees
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
+    runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    return jax.device_put(trees, runs)
+
+
+def train(
+    configs: Sequence[RunConfig],
+    teachers: Sequence[Mapping[str, np.ndarray]],
+    *,
+    chunk_steps: int = 1000,
+    progress: bool = True,
+    fast: bool = True,
+    desc: str | None = None,
+) -> list[engine.RunOutput]:
+    """Distil `configs` (one shape group), each from its teacher's parameters, as one batch."""
+    if not configs or len(configs) != len(teachers):
+        raise ValueError("train needs one teacher per config, and at least one config")
+    cfg = configs[0]
+    if not cfg.teacher_steps or len({group_key(c) for c in configs}) != 1:
+        raise ValueError("configs must be distillation runs that differ only in VMAPPED fields")
+    n_steps = engine.chunk_evals(cfg.steps, chunk_steps, 1)
+    start = time.perf_counter()
+    # x64 on for every precision: the metrics are float64; the student keeps its own dtypes.
+    with jax.enable_x64(True):
+        data = _Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+        hyper = _Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields))
+        stacked = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *teachers)
+        stacked, hyper = _shard((stacked, hyper), len(configs))
+        init, run_chunk = _compiled(dataclasses.replace(cfg, **_NEUTRAL), fast)
+        state, anchor = init(stacked, hyper, data)
+        chunks, pending = [], None
+        bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
+        with bar:
+            for _ in range(cfg.steps // n_steps):
+                state, out = run_chunk(state, anchor, hyper, data, n_steps)
+                if pending is not None:  # fetch the previous chunk while this one runs
+                    chunks.append(jax.device_get(pending))
+                    bar.update(n_steps)
+                pending = out
+            chunks.append(jax.device_get(pending))
+            bar.update(n_steps)
+        final = jax.device_get(state.params)
+    seconds = time.perf_counter() - start
+    outputs = []
+    for r, c in enumerate(configs):
+        columns = {name: np.concatenate([chunk[name][r] for chunk in chunks]) for name in chunks[0]}
+        step = np.arange(cfg.steps, dtype=np.int64)
+        metrics = {"step": step, "test_step": step, **columns}
+        params = jax.tree.map(lambda x, r=r: np.asarray(x[r]), final)
+        outputs.append(engine.RunOutput(c, metrics, seconds, params))
+    return outputs
+
+
+def _num(x: Any) -> float | None:
+    """A JSON-safe float: NaN/inf become None."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float) -> dict:
+    """A distillation run's `summary.json`: the usual keys plus the KL and drift numbers.
+
+    `max_train_loss_after_memorization` and `spikes` are None: the student starts memorized
+    and the slingshot rule does not apply. `residual_gradient` is `logit_grad_max` at step 0
+    (z_S = z_T exactly); `teacher_test_accuracy` the test accuracy at step 0, in the run's
+    precision.
+    """
+    kl, dist, test_acc = metrics["kl"], metrics["param_distance"], metrics["test_acc"]
+    return {
+        "config": cfg.to_dict(),
+        "test_accuracy": _num(test_acc[-1]),
+        "train_accuracy": _num(metrics["train_acc"][-1]),
+        "final_margin": _num(metrics["margin_mean"][-1]),
+        "max_train_loss_after_memorization": None,
+        "spikes": None,
+        "steps": int(cfg.steps),
+        "seconds": float(seconds),
+        "kl_final": _num(kl[-1]),
+        "kl_max": _num(np.max(kl)),
+        "max_param_distance": _num(np.max(dist)),
+        "residual_gradient": _num(metrics["logit_grad_max"][0]),
+        # Extras for analysis; the fields above are the CLI contract.
+        "final_param_distance": _num(dist[-1]),
+        "final_test_kl": _num(metrics["test_kl"][-1]),
+        "min_test_accuracy": _num(np.min(test_acc)),
+        "teacher_test_accuracy": _num(test_acc[0]),
+        "adam_step_initial": _num(metrics["adam_step"][0]),
+        "summary_version": SUMMARY_VERSION,
+    }
+
+
+def train_teachers(
+    configs: Sequence[RunConfig],
+    store: Store,
+    *,
+    progress: bool = True,
+    chunk_steps: int = 1000,
+    fast: bool = True,
+) -> dict[RunConfig, dict[str, np.ndarray]]:
+    """The final parameters of each teacher run in `configs`: loaded from the store, or
+    trained by the engine (the `grokbench run` path) and stored with them."""
+    unique = list(dict.fromkeys(configs))
+    missing = [cfg for cfg in unique if store.load_params(cfg) is None]
+    groups: dict[tuple, list[RunConfig]] = {}
+    for cfg in missing:
+        groups.setdefault(group_key(cfg), []).append(cfg)
+    for group in groups.values():
+        desc = f"teacher {group[0].task} mod {group[0].p} x{len(group)}"
+        for out in engine.train(
+            group, chunk_steps=chunk_steps, progress=progress, fast=fast, desc=desc
+        ):
+            summary = slingshot.summarize(out.config, out.metrics, out.seconds)
+            store.save(out.config, out.metrics, summary, params=out.params)
+    teachers = {cfg: store.load_params(cfg) for cfg in unique}
+    lost = [store.run_dir(cfg) for cfg, params in teachers.items() if params is None]
+    if lost:
+        raise RuntimeError(f"teacher parameters did not read back from {lost}")
+    return teachers
+
+
+def run_students(
+    configs: Sequence[RunConfig],
+    store: Store,
+    *,
+    progress: bool = True,
+    chunk_steps: int = 1000,
+    fast: bool = True,
+) -> dict[RunConfig, dict]:
+    """Train the distillation runs `configs` (teachers first) and store them; their summaries."""
+    if not configs:
+        return {}
+    kw = {"progress": progress, "chunk_steps": chunk_steps, "fast": fast}
+    teachers = train_teachers([teacher_config(c) for c in configs], store, **kw)
+    groups: dict[tuple, list[RunConfig]] = {}
+    for cfg in dict.fromkeys(configs):
+        groups.setdefault(group_key(cfg), []).append(cfg)
+    summaries = {}
+    for i, group in enumerate(groups.values()):
+        first = group[0]
+        desc = f"[{i + 1}/{len(groups)}] distil {first.precision} {first.loss} x{len(group)}"
+        outputs = train(group, [teachers[teacher_config(c)] for c in group], desc=desc, **kw)
+        for out in outputs:
+            summary = summarize(out.config, out.metrics, out.seconds)
+            store.save(out.config, out.metrics, summary)
+            summaries[out.config] = summary
+    return summaries
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(summaries: Sequence[dict]) -> str:
+    """One line per distillation run: the keys that vary, then residual, KL, drift, accuracy."""
+    configs = [s["config"] for s in summaries]
+    varying = [k for k in configs[0] if len({repr(c.get(k)) for c in configs}) > 1]
+    keys = [k for k in varying if k != "seed"] + ["seed"]
+    header = [*keys, "residual", "kl_final", "kl_max", "max_dist", "test_acc", "min_acc", "sec"]
+    rows = [
+        [
+            *(str(s["config"][k]) for k in keys),
+            _fmt(s["residual_gradient"], ".2e"),
+            _fmt(s["kl_final"], ".2e"),
+            _fmt(s["kl_max"], ".2e"),
+            _fmt(s["max_param_distance"], ".2e"),
+            _fmt(s["test_accuracy"], ".4f"),
+            _fmt(s["min_test_accuracy"], ".4f"),
+            _fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
+        ]
+        for s in summaries
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
+    return "\n".join(lines)

@@ -1,0 +1,312 @@
+"""Margin equilibria (paper section 5, Figure 4): where the training margin levels off.
+
+With weight decay lambda > 0, Adam-family optimizers stop growing the margin where the
+normalized step g / (|g| + eps) ~ e^-m / eps balances lambda theta: m*(eps) = log(1/eps)
+(`numerics.equilibrium_margin`). With eps = 0 nothing balances the step until the
+gradients underflow: the per-example logit gradient of the mean loss is e^-m / N, which
+flushes to zero (XLA's CPU kernels flush subnormals) once m > -log(tiny) - log(N): 81.2
+for fp32 at N = 480 training examples (`underflow_margin`; the paper measures 81.2).
+
+The plateau rule (`plateau`), on a run's per-step mean training margin (`MARGIN_METRIC`):
+
+1. The tail is the last PLATEAU_TAIL of the steps (at least PLATEAU_MIN_STEPS; the whole
+   curve if it is shorter).
+2. A least-squares line through the tail gives the margin's trend. The run has plateaued
+   if the trend is at most PLATEAU_DRIFT nats per 1,000 steps, up or down (on fig4 the
+   margin climbs at ~10 nats per 1,000 steps before it levels off) and the tail is finite.
+3. The plateau value is the mean of the tail; the plateau is reached at the first step
+   from which the margin stays within PLATEAU_BAND nats of that value to the end.
+
+A curve that turns non-finite (a run that diverged) has not plateaued; it stops at its
+last finite margin (`Plateau.stop`, `stop_step`). Fig4's eps = 0 runs do that: with LaProp
+tracking r = sqrt(v) in fp32, a gradient entry g in [tiny, tiny / sqrt(1 - b2)) flushes
+sqrt(1 - b2) |g|, and so r, to zero while g itself is not, and g / (r + 0) is inf.
+
+Groups (`group_rows`) are the runs with equal config except the seed (in a fig4 sweep:
+one per eps and weight decay). Their measured value is the mean (and sample std) of the
+plateau values of the runs that plateaued, or else of every run's level: its last finite
+margin if it diverged, its tail mean otherwise (`measured_from` says which). A group
+agrees with the prediction if it plateaued within AGREEMENT nats of log(1/eps). eps = 0
+groups have no prediction (None); they are flagged `grows_to_underflow` and report where
+their runs stop (`stop_margin`, `stop_step`, `stop_how`: plateau, diverged or growing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import numerics
+from grokbench.config import RunConfig
+from grokbench.precision import get_precision
+from grokbench.store import atomic_write_json, load_metrics
+from grokbench.sweep import dir_runs
+
+__all__ = [
+    "AGREEMENT",
+    "MARGIN_METRIC",
+    "OUTPUT_FILE",
+    "PLATEAU_BAND",
+    "PLATEAU_DRIFT",
+    "PLATEAU_MIN_STEPS",
+    "PLATEAU_TAIL",
+    "Plateau",
+    "analyze_dir",
+    "format_table",
+    "group_rows",
+    "plateau",
+    "run_rows",
+    "underflow_margin",
+]
+
+MARGIN_METRIC = "margin_mean"
+"""The curve judged: the mean logit margin over the training set, at every step."""
+
+PLATEAU_TAIL = 0.2
+"""The fraction of the run, at its end, that the rule looks at."""
+
+PLATEAU_MIN_STEPS = 100
+"""...but at least this many steps."""
+
+PLATEAU_DRIFT = 0.5
+"""Largest trend over the tail (nats per 1,000 steps, up or down): 20x below the climb."""
+
+PLATEAU_BAND = 0.5
+"""The plateau is reached once the margin stays within this many nats of its value."""
+
+AGREEMENT = 1.0
+"""A measured equilibrium within this many nats of log(1/eps) agrees with the prediction."""
+
+OUTPUT_FILE = "equilibrium.json"
+"""The analyzer's output in the analyzed directory: one row per group."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plateau:
+    """The rule's verdict on one margin curve."""
+
+    plateaued: bool
+    value: float  # mean of the tail (the plateau value when plateaued)
+    step: int | None  # first step from which the margin stays within PLATEAU_BAND of value
+    drift: float  # trend over the tail, nats per 1,000 steps
+    final: float  # the last margin
+    peak: float  # the largest finite margin of the run
+    diverged: bool  # the curve turned non-finite
+    stop: float  # plateau value; else the last finite margin (diverged) or the last one
+    stop_step: int | None  # plateau step; else the step of `stop`
+
+
+def plateau(
+    margin: np.ndarray,
+    tail: float = PLATEAU_TAIL,
+    min_steps: int = PLATEAU_MIN_STEPS,
+    drift: float = PLATEAU_DRIFT,
+    band: float = PLATEAU_BAND,
+) -> Plateau:
+    """Apply the module's plateau rule to a per-step margin curve."""
+    m = np.asarray(margin, dtype=np.float64)
+    if m.size == 0:
+        raise ValueError("an empty margin curve")
+    n_tail = min(m.size, max(min_steps, math.ceil(tail * m.size)))
+    y = m[-n_tail:]
+    finite = bool(np.isfinite(y).all())
+    if finite and n_tail > 1:
+        trend = 1000.0 * float(np.polyfit(np.arange(n_tail, dtype=np.float64), y, 1)[0])
+    else:
+        trend = 0.0 if finite else math.nan
+    value = float(y.mean())
+    ok = finite and abs(trend) <= drift
+    step = None
+    if ok:
+        outside = np.flatnonzero(~(np.abs(m - value) <= band))  # NaN counts as outside
+        step = int(outside[-1] + 1) if outside.size else 0
+    finite_m = np.isfinite(m)
+    peak = float(m[finite_m].max()) if finite_m.any() else math.nan
+    bad = np.flatnonzero(~finite_m)
+    diverged = bool(bad.size)
+    if ok:
+        stop, stop_step = value, step
+    elif diverged:
+        last = int(bad[0]) - 1
+        stop, stop_step = (float(m[last]), last) if last >= 0 else (math.nan, None)
+    else:
+        stop, stop_step = float(m[-1]), m.size - 1
+    return Plateau(ok, value, step, trend, float(m[-1]), peak, diverged, stop, stop_step)
+
+
+def underflow_margin(cfg: RunConfig) -> float:
+    """Margin past which e^-m / N (N training examples) flushes to zero in the compute dtype."""
+    dtype = get_precision(cfg.precision).compute_dtype
+    tiny = float(np.finfo(dtype).tiny)
+    return -math.log(tiny) - math.log(cfg.modular_task().num_train)
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def run_rows(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]]) -> list[dict]:
+    """One row per run, from (summary or {'config': ...}, metrics): its plateau verdict."""
+    rows = []
+    for summary, metrics in runs:
+        cfg = RunConfig(**summary["config"])
+        verdict = plateau(metrics[MARGIN_METRIC])
+        rows.append(
+            {
+                "config": cfg.to_dict(),
+                "predicted": _num(numerics.equilibrium_margin(cfg.eps)),
+                "plateaued": verdict.plateaued,
+                "value": _num(verdict.value),
+                "plateau_step": verdict.step,
+                "drift_per_1000": _num(verdict.drift),
+                "final": _num(verdict.final),
+                "peak": _num(verdict.peak),
+                "diverged": verdict.diverged,
+                "stop": _num(verdict.stop),
+                "stop_step": verdict.stop_step,
+                # plateau value if plateaued, else the last finite margin or the tail mean
+                "level": _num(verdict.value if not verdict.diverged else verdict.stop),
+                "underflow_margin": underflow_margin(cfg) if cfg.eps == 0 else None,
+            }
+        )
+    return rows
+
+
+def _std(values: Sequence[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def _mean(values: Sequence[float | int]) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+_GROUP_FIXED = ("eps", "weight_decay", "seed")  # always keys (eps, wd) or never (seed)
+
+
+def group_rows(rows: Sequence[dict]) -> list[dict]:
+    """One row per group of runs equal but for the seed (first-seen order); module docstring."""
+    configs = [r["config"] for r in rows]
+    varying = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1] if rows else []
+    keys = ["eps", "weight_decay", *(k for k in varying if k not in _GROUP_FIXED)]
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(repr(row["config"][k]) for k in keys), []).append(row)
+    out = []
+    for members in groups.values():
+        first = members[0]["config"]
+        done = [r for r in members if r["plateaued"]]
+        values = [r["level"] for r in (done or members) if r["level"] is not None]
+        measured = _mean(values)
+        how = "plateau" if done else "diverged" if all(r["diverged"] for r in members) else ""
+        predicted = members[0]["predicted"]
+        eps_zero = first["eps"] == 0
+        deviation = None if measured is None or predicted is None else measured - predicted
+        out.append(
+            {
+                **{k: first[k] for k in keys},
+                "predicted": predicted,
+                "measured_mean": measured,
+                "measured_std": _std(values) if values else None,
+                "plateaued": len(done) / len(members),
+                "n": len(members),
+                "measured_from": how or "final",
+                "deviation": deviation,
+                "agrees": None if deviation is None or not done else abs(deviation) <= AGREEMENT,
+                "plateau_step_mean": _mean([r["plateau_step"] for r in done]),
+                "final_mean": _mean([r["final"] for r in members if r["final"] is not None]),
+                "grows_to_underflow": eps_zero,
+                "stop_margin": _mean([r["stop"] for r in members if r["stop"] is not None])
+                if eps_zero
+                else None,
+                "stop_step": _mean([r["stop_step"] for r in members if r["stop_step"] is not None])
+                if eps_zero
+                else None,
+                "stop_how": (how or "growing") if eps_zero else None,
+                "diverged": sum(r["diverged"] for r in members) / len(members),
+                "underflow_margin": members[0]["underflow_margin"],
+            }
+        )
+    return out
+
+
+def analyze_dir(path: pathlib.Path | str, write: bool = True) -> tuple[list[dict], list[dict]]:
+    """(group rows, run rows) of a sweep or run directory; writes DIR/equilibrium.json."""
+    runs = [(summary, load_metrics(run_dir)) for summary, run_dir in dir_runs(path)]
+    per_run = run_rows(runs)
+    rows = group_rows(per_run)
+    if write:
+        atomic_write_json(pathlib.Path(path) / OUTPUT_FILE, rows)
+    return rows, per_run
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(rows: Sequence[dict]) -> str:
+    """The group rows as an aligned table, eps = 0 groups annotated."""
+    if not rows:
+        return "(no runs)"
+    extra = [
+        k
+        for k in rows[0]
+        if k not in ("eps", "weight_decay") and k in RunConfig.__dataclass_fields__
+    ]
+    header = [
+        "eps",
+        "wd",
+        *extra,
+        "log(1/eps)",
+        "measured",
+        "std",
+        "dev",
+        "plateaued",
+        "n",
+        "at step",
+        "note",
+    ]
+    lines = []
+    for r in rows:
+        if r["grows_to_underflow"]:
+            stop = {
+                "plateau": "stops at",
+                "diverged": "diverges (inf/NaN) after",
+                "growing": "still growing at",
+            }[r["stop_how"]]
+            note = (
+                f"eps=0: grows until gradients underflow (~{r['underflow_margin']:.1f}); "
+                f"{stop} {_fmt(r['stop_margin'])} (step {_fmt(r['stop_step'], '.0f')})"
+            )
+        elif r["diverged"]:
+            note = "diverged: last finite margin shown"
+        elif r["agrees"] is None:
+            note = "no plateau: tail mean shown"
+        else:
+            note = f"within {AGREEMENT:g}" if r["agrees"] else f"off by > {AGREEMENT:g}"
+        lines.append(
+            [
+                format(r["eps"], "g"),
+                format(r["weight_decay"], "g"),
+                *(str(r[k]) for k in extra),
+                _fmt(r["predicted"]),
+                _fmt(r["measured_mean"]),
+                _fmt(r["measured_std"]),
+                _fmt(r["deviation"], "+.2f"),
+                f"{r['plateaued']:.2f}",
+                str(r["n"]),
+                _fmt(r["plateau_step_mean"], ".0f"),
+                note,
+            ]
+        )
+    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:  # numbers right-aligned, the note left-aligned
+        padded = [c.rjust(w) for c, w in zip(cells[:-1], widths, strict=False)]
+        return "  ".join([*padded, cells[-1]]).rstrip()
+
+    return "\n".join(line(x) for x in [header, *lines])

@@ -1,0 +1,319 @@
+"""Evaluation of a trained quant-lab model: perplexity, outlier metrics and simulated PTQ.
+
+Floating point: perplexity exp(mean cross-entropy) over fixed validation batches (MLM:
+the masked positions; causal LM: every position), and the outlier statistics of
+`tasks._quant_metrics` on the same batches.
+
+PTQ (the paper's setup): weights symmetric per-tensor (min-max or MSE grid search),
+every matrix but the head; activations asymmetric per-tensor at every tap of
+`tasks.quant_tap_names` with static ranges from `calib_batches` training batches
+(running min-max with momentum 0.9, or per-batch percentiles with the same running
+average, or MSE on a histogram). Calibration runs the weight-quantized model with float
+activations. Repeated on `calib_subsets` random subsets of the training data; the
+perplexity is reported as mean and standard deviation (ddof = 0) over the subsets.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import time
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grokbench.store import atomic_write_bytes, atomic_write_json
+from tasks import (
+    Corpus,
+    QuantModelConfig,
+    make_quant_batch,
+    make_quant_probe,
+    mse_range,
+    quant_eval_batches,
+    quant_tap_names,
+    quantize_weights,
+    running_minmax,
+    weight_names,
+)
+
+if TYPE_CHECKING:
+    from grokbench.quant import QuantConfig
+
+__all__ = ["BIT_CONFIGS", "evaluate", "load_evaluation", "parse_bits"]
+
+BIT_CONFIGS: tuple[str, ...] = ("W8A8", "W6A8", "W4A8", "W6A6")
+"""The paper's bit widths: Table 2 (W8A8) and Table 10 (W6A8, W4A8, W6A6)."""
+
+_HIST_BINS = 1024  # histogram resolution of the MSE activation estimator
+_EVAL_SEED = 1234  # masks of the fixed validation batches
+
+
+def parse_bits(name: str) -> tuple[int, int]:
+    """'W8A8' -> (8, 8)."""
+    upper = name.upper()
+    if not upper.startswith("W") or "A" not in upper:
+        raise ValueError(f"bit config must look like W8A8, got {name!r}")
+    w, a = upper[1:].split("A", 1)
+    bits = int(w), int(a)
+    if not all(2 <= b <= 16 for b in bits):
+        raise ValueError(f"bit widths must be in [2, 16], got {name!r}")
+    return bits
+
+
+def _weight_method(cfg: QuantConfig, w_bits: int) -> str:
+    """'auto': the paper's choice, min-max for BERT and MSE for OPT at 8 bits, MSE below."""
+    if cfg.weight_range != "auto":
+        return cfg.weight_range
+    if w_bits < 8:
+        return "mse"  # Table 10 uses MSE weight ranges for W6 and W4
+    return "minmax" if cfg.family == "encoder" else "mse"
+
+
+class _Runner:
+    """Holds the probe, the masks and the placeholder ranges of one model."""
+
+    def __init__(self, cfg: QuantConfig, model: QuantModelConfig, corpus: Corpus) -> None:
+        self.cfg, self.model, self.corpus = cfg, model, corpus
+        pct = cfg.percentile if cfg.act_range == "percentile" else None
+        self.probe = make_quant_probe(model, pct, 0)
+        self.names = quant_tap_names(model)
+        self.zeros = {n: jnp.float32(0) for n in self.names}
+        self.delim = jnp.asarray(corpus.delimiter_mask())
+        self.special = jnp.asarray(corpus.special_mask())
+        self.gamma = jnp.float32(cfg.resolved("gamma"))
+        self.zeta = jnp.float32(cfg.resolved("zeta"))
+
+    def run(self, params, batch, lo=None, hi=None, act_bits=8, quantize=False, probe=None):
+        probe = self.probe if probe is None else probe
+        lo = self.zeros if lo is None else lo
+        hi = self.zeros if hi is None else hi
+        out = probe(
+            params,
+            {k: jnp.asarray(v) for k, v in batch.items()},
+            self.gamma,
+            self.zeta,
+            lo,
+            hi,
+            jnp.float32(act_bits),
+            jnp.asarray(quantize),
+            lo,
+            hi,
+            self.delim,
+            self.special,
+        )
+        return jax.device_get(out)  # one transfer, not one sync per statistic
+
+    def perplexity(self, params, batches, lo=None, hi=None, act_bits=8, quantize=False) -> float:
+        ce = w = 0.0
+        for batch in batches:
+            out = self.run(params, batch, lo, hi, act_bits, quantize)
+            ce += float(out["ce_sum"])
+            w += float(out["w_sum"])
+        return float(np.exp(ce / w))
+
+    def calibrate(self, params, batches, act_bits: int) -> tuple[dict, dict]:
+        """Static activation ranges (lo, hi) per tap from the calibration batches."""
+        outs = [self.run(params, b) for b in batches]
+        cfg = self.cfg
+        key_lo, key_hi = ("plo", "phi") if cfg.act_range == "percentile" else ("min", "max")
+        lo, hi = {}, {}
+        for n in self.names:
+            rows = np.array([[float(o[key_lo][n]), float(o[key_hi][n])] for o in outs])
+            lo[n], hi[n] = running_minmax(rows, cfg.momentum)
+        if cfg.act_range == "mse":
+            # Histograms over each tap's full observed range, then the MSE-optimal range.
+            full_lo = {n: jnp.float32(min(float(o["min"][n]) for o in outs)) for n in self.names}
+            full_hi = {n: jnp.float32(max(float(o["max"][n]) for o in outs)) for n in self.names}
+            probe = make_quant_probe(self.model, None, _HIST_BINS)
+            hist = {n: np.zeros(_HIST_BINS) for n in self.names}
+            for b in batches:
+                out = jax.device_get(
+                    probe(
+                        params,
+                        {k: jnp.asarray(v) for k, v in b.items()},
+                        self.gamma,
+                        self.zeta,
+                        self.zeros,
+                        self.zeros,
+                        jnp.float32(act_bits),
+                        jnp.asarray(False),
+                        full_lo,
+                        full_hi,
+                        self.delim,
+                        self.special,
+                    )
+                )
+                for n in self.names:
+                    hist[n] += np.asarray(out["hist"][n])
+            for n in self.names:
+                lo[n], hi[n] = mse_range(hist[n], float(full_lo[n]), float(full_hi[n]), act_bits)
+        return (
+            {n: jnp.float32(v) for n, v in lo.items()},
+            {n: jnp.float32(v) for n, v in hi.items()},
+        )
+
+
+def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, dict]:
+    """Perplexity and outlier statistics of the float model: (summary fields, arrays)."""
+    model, corpus = runner.model, runner.corpus
+    ce = w = 0.0
+    inf: dict[str, list] = {n: [] for n in model.metric_taps()}
+    kurt: dict[str, list] = {n: [] for n in model.metric_taps()}
+    sums: dict[str, np.ndarray] = {}
+    example = None
+    for batch in batches:
+        out = runner.run(params, batch)
+        ce += float(out["ce_sum"])
+        w += float(out["w_sum"])
+        for n in inf:
+            inf[n].extend(np.asarray(out["inf_norm"][n]).tolist())
+            kurt[n].extend(np.asarray(out["kurtosis"][n]).tolist())
+        for key in (
+            "outlier_dims",
+            "outlier_tokens",
+            "token_count",
+            "attn_delim",
+            "attn_special",
+            "attn_dead_rows",
+            "attn_zeros",
+            "attn_allowed",
+            "gate_mean",
+        ):
+            if key in out:
+                sums[key] = sums.get(key, 0) + np.asarray(out[key], np.float64)
+        if example is None:
+            example = (np.asarray(out["example_probs"]), np.asarray(out["example_tokens"]))
+    n_samples = len(batches) * len(batches[0]["tokens"])
+    n_queries = n_samples * model.seq_len
+    inf_avg = {n: float(np.mean(v)) for n, v in inf.items()}
+    kurt_avg = {n: float(np.mean(v)) for n, v in kurt.items()}
+    delim_attn = sums["attn_delim"] / n_samples  # (L, H) mean mass on delimiter/special keys
+    special_attn = sums["attn_special"] / n_samples
+    tokens = sums["token_count"]
+    delim_v = corpus.delimiter_mask()
+    out_tok = sums["outlier_tokens"]  # (L, V)
+    total_out = out_tok.sum(axis=1)
+    on_delim = out_tok[:, delim_v].sum(axis=1)
+    dims = sums["outlier_dims"]  # (L, D)
+    names = corpus.token_names()
+    fields = {
+        "fp_perplexity": float(np.exp(ce / w)),
+        "max_inf_norm": max(inf_avg.values()),
+        "avg_kurtosis": float(np.mean(list(kurt_avg.values()))),
+        "max_kurtosis": max(kurt_avg.values()),
+        "inf_norm_by_tensor": inf_avg,
+        "kurtosis_by_tensor": kurt_avg,
+        "outliers_per_token_position": float(total_out.sum() / tokens.sum()),
+        "outlier_share_on_delimiters": [
+            float(d / t) if t else None for d, t in zip(on_delim, total_out, strict=True)
+        ],
+        "delimiter_share_of_tokens": float(tokens[delim_v].sum() / tokens.sum()),
+        "top_outlier_dims": [[int(i) for i in np.argsort(-row)[:3] if row[i] > 0] for row in dims],
+        "top_outlier_tokens": [
+            [names[int(i)] for i in np.argsort(-row)[:5] if row[i] > 0] for row in out_tok
+        ],
+        "max_head_delimiter_attention": float(delim_attn.max()),
+        "max_head_special_attention": float(special_attn.max()),
+        "attention_zero_fraction": float(sums["attn_zeros"].sum() / sums["attn_allowed"].sum()),
+        "dead_attention_rows": float(sums["attn_dead_rows"].sum() / (n_queries * delim_attn.size)),
+    }
+    if "gate_mean" in sums:
+        fields["gate_mean"] = float((sums["gate_mean"] / n_samples).mean())
+        fields["gate_min_head"] = float((sums["gate_mean"] / n_samples).min())
+    arrays = {
+        "outlier_dims": dims,
+        "outlier_tokens": out_tok,
+        "token_count": tokens,
+        "delimiter_attention": delim_attn,
+        "special_attention": special_attn,
+        "example_probs": example[0],
+        "example_tokens": example[1],
+        "token_names": np.array(corpus.token_names()),
+    }
+    return fields, arrays
+
+
+def _eval_dir(root: pathlib.Path, cfg: QuantConfig) -> pathlib.Path:
+    return pathlib.Path(root) / "quant" / "eval" / cfg.eval_hash()
+
+
+def load_evaluation(root: pathlib.Path, cfg: QuantConfig) -> dict | None:
+    """The stored evaluation summary of `cfg`, or None."""
+    path = _eval_dir(root, cfg) / "summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("config") != cfg.to_dict():
+        raise RuntimeError(f"{path} holds a different config than its hash says")
+    return summary
+
+
+def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, root: pathlib.Path) -> dict:
+    """FP and PTQ evaluation of `cfg`'s trained `params` (or the stored result)."""
+    cached = load_evaluation(root, cfg)
+    if cached is not None:
+        return cached
+    start = time.perf_counter()
+    model = cfg.model_config(corpus.vocab_size)
+    runner = _Runner(cfg, model, corpus)
+    val = quant_eval_batches(
+        cfg.family,
+        corpus.val_ids,
+        cfg.eval_batches,
+        cfg.batch_size,
+        cfg.seq_len,
+        corpus.vocab_size,
+        _EVAL_SEED,
+    )
+    fields, arrays = _fp_statistics(runner, params, val)
+    bit_configs = [b.strip().upper() for b in cfg.bits.split(",")]
+    weights: dict[tuple[int, str], dict] = {}
+    ranges: dict[tuple, tuple[dict, dict]] = {}
+    for name in bit_configs:
+        w_bits, a_bits = parse_bits(name)
+        method = _weight_method(cfg, w_bits)
+        if (w_bits, method) not in weights:
+            weights[(w_bits, method)] = quantize_weights(
+                params, tuple(weight_names(params)), w_bits, method
+            )
+        q_params = weights[(w_bits, method)]
+        runs = []
+        for subset in range(cfg.calib_subsets):
+            key = (w_bits, method, subset, a_bits if cfg.act_range == "mse" else None)
+            if key not in ranges:
+                rng = np.random.default_rng([cfg.seed, 100 + subset])
+                calib = [
+                    make_quant_batch(
+                        cfg.family,
+                        corpus.train_ids,
+                        rng,
+                        cfg.batch_size,
+                        cfg.seq_len,
+                        corpus.vocab_size,
+                    )
+                    for _ in range(cfg.calib_batches)
+                ]
+                ranges[key] = runner.calibrate(q_params, calib, a_bits)
+            lo, hi = ranges[key]
+            runs.append(runner.perplexity(q_params, val, lo, hi, a_bits, quantize=True))
+        col = name.lower() + "_perplexity"
+        fields[col] = float(np.mean(runs))
+        fields[col + "_std"] = float(np.std(runs))
+        fields[col + "_runs"] = runs
+        fields[col + "_weight_range"] = method
+    summary = {
+        "config": cfg.to_dict(),
+        "family": cfg.family,
+        "variant": cfg.variant,
+        **fields,
+        "eval_seconds": time.perf_counter() - start,
+    }
+    run_dir = _eval_dir(root, cfg)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(run_dir / "analysis.npz", buf.getvalue())
+    atomic_write_json(run_dir / "summary.json", summary)
+    return summary

@@ -1,0 +1,188 @@
+"""Training of the quant-lab models: one jitted `lax.scan` chunk at a time, cached in the store.
+
+A trained model is stored under ROOT/quant/train/HASH (HASH of the training fields of its
+`QuantConfig`): config.json, params.npz, metrics.npz (the per-step training loss) and
+summary.json, written atomically, summary last. A finished config is loaded, not retrained.
+Variants that share an architecture (vanilla and clipped softmax: gamma is an array)
+share one compiled training program.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import pathlib
+import time
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm.auto import tqdm
+
+from grokbench.optimizers import add_decayed_weights, scale_by_adam
+from grokbench.store import atomic_write_bytes, atomic_write_json
+from tasks import (
+    Corpus,
+    QuantModelConfig,
+    decay_mask,
+    lm_loss_sums,
+    make_quant_batch,
+    quant_model_apply,
+    quant_model_init,
+    stack_batches,
+)
+
+if TYPE_CHECKING:
+    from grokbench.quant import QuantConfig
+
+__all__ = ["load_params", "train"]
+
+_CHUNK = 100  # steps per compiled call: progress updates every few seconds, compile once
+
+
+def _schedule(peak_lr: jax.Array, warmup: jax.Array, total: jax.Array):
+    """Linear warmup to `peak_lr`, then linear decay to 0 at `total` (BERT's and OPT's shape)."""
+
+    def lr(count: jax.Array) -> jax.Array:
+        step = count.astype(jnp.float32) + 1
+        up = step / jnp.maximum(warmup, 1.0)
+        down = (total - step + 1) / jnp.maximum(total - warmup, 1.0)
+        return -peak_lr * jnp.clip(jnp.minimum(up, down), 0.0, 1.0)
+
+    return lr
+
+
+def _optimizer(
+    mask: dict, b1: float, b2: float, eps: float, clip: float, hp: dict
+) -> optax.GradientTransformation:
+    """Clip, Adam, decoupled weight decay on `mask`, scheduled learning rate (BERT/OPT AdamW)."""
+    return optax.chain(
+        optax.clip_by_global_norm(clip),
+        scale_by_adam(b1, b2, eps),
+        optax.masked(add_decayed_weights(hp["weight_decay"]), mask),
+        optax.scale_by_schedule(_schedule(hp["lr"], hp["warmup"], hp["steps"])),
+    )
+
+
+@functools.cache
+def _programs(
+    model: QuantModelConfig, mask_items: tuple, b1: float, b2: float, eps: float, clip: float
+):
+    """(init_opt, chunk): the jitted optimizer init and training chunk for one architecture."""
+    mask = dict(mask_items)
+
+    def loss_fn(params, batch, gamma, zeta):
+        logits = quant_model_apply(params, batch["tokens"], batch["segments"], model, gamma, zeta)
+        ce_sum, w_sum = lm_loss_sums(logits, batch["labels"], batch["weights"])
+        return ce_sum / jnp.maximum(w_sum, 1.0)
+
+    @jax.jit
+    def init_opt(params, hp):
+        return _optimizer(mask, b1, b2, eps, clip, hp).init(params)
+
+    @jax.jit
+    def chunk(params, opt_state, batches, hp):
+        opt = _optimizer(mask, b1, b2, eps, clip, hp)
+
+        def step(carry, batch):
+            params, opt_state = carry
+            loss, grads = jax.value_and_grad(loss_fn)(params, batch, hp["gamma"], hp["zeta"])
+            updates, opt_state = opt.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), batches)
+        return params, opt_state, losses
+
+    return init_opt, chunk
+
+
+def _run_dir(root: pathlib.Path, cfg: QuantConfig) -> pathlib.Path:
+    return pathlib.Path(root) / "quant" / "train" / cfg.train_hash()
+
+
+def load_params(root: pathlib.Path, cfg: QuantConfig) -> tuple[dict, dict] | None:
+    """(params, summary) of a finished training run of `cfg`, or None."""
+    run_dir = _run_dir(root, cfg)
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("config") != cfg.train_dict():
+        raise RuntimeError(f"{path} holds a different config than its hash says")
+    with np.load(run_dir / "params.npz") as npz:
+        params = {name: jnp.asarray(npz[name]) for name in npz.files}
+    return params, summary
+
+
+def train(
+    cfg: QuantConfig, corpus: Corpus, root: pathlib.Path, progress: bool = True
+) -> tuple[dict, dict]:
+    """Train `cfg` (or load it from the store): (params, summary)."""
+    cached = load_params(root, cfg)
+    if cached is not None:
+        return cached
+    model = cfg.model_config(corpus.vocab_size)
+    params = quant_model_init(jax.random.key(cfg.seed), model, cfg.pi_init)
+    mask = decay_mask(params, cfg.ln_weight_decay)
+    init_opt, chunk = _programs(
+        model, tuple(sorted(mask.items())), cfg.b1, cfg.resolved("b2"), cfg.eps, cfg.clip_norm
+    )
+    hp = {
+        "lr": jnp.float32(cfg.lr),
+        "weight_decay": jnp.float32(cfg.resolved("weight_decay")),
+        "warmup": jnp.float32(cfg.resolved("warmup_steps")),
+        "steps": jnp.float32(cfg.steps),
+        "gamma": jnp.float32(cfg.resolved("gamma")),
+        "zeta": jnp.float32(cfg.resolved("zeta")),
+    }
+    opt_state = init_opt(params, hp)
+    rng = np.random.default_rng([cfg.seed, 1])  # data order: fixed per seed, apart from init
+    losses: list[np.ndarray] = []
+    start = time.perf_counter()
+    with tqdm(
+        total=cfg.steps, desc=f"train {cfg.family}/{cfg.variant}", disable=not progress, leave=False
+    ) as bar:
+        done = 0
+        while done < cfg.steps:
+            n = min(_CHUNK, cfg.steps - done)
+            batches = stack_batches(
+                [
+                    make_quant_batch(
+                        cfg.family,
+                        corpus.train_ids,
+                        rng,
+                        cfg.batch_size,
+                        cfg.seq_len,
+                        corpus.vocab_size,
+                    )
+                    for _ in range(n)
+                ]
+            )
+            params, opt_state, chunk_losses = chunk(params, opt_state, batches, hp)
+            losses.append(np.asarray(chunk_losses))
+            done += n
+            bar.update(n)
+            bar.set_postfix(loss=f"{float(losses[-1][-1]):.3f}")
+    seconds = time.perf_counter() - start
+    loss_curve = np.concatenate(losses)
+    if not np.all(np.isfinite(loss_curve)):
+        raise FloatingPointError(f"{cfg.family}/{cfg.variant}: training loss is not finite")
+    tail = loss_curve[-max(1, len(loss_curve) // 20) :]
+    summary = {
+        "config": cfg.train_dict(),
+        "final_train_loss": float(np.mean(tail)),  # mean over the last 5% of steps
+        "train_seconds": seconds,
+    }
+    run_dir = _run_dir(root, cfg)
+    atomic_write_json(run_dir / "config.json", cfg.train_dict())
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in params.items()})
+    atomic_write_bytes(run_dir / "params.npz", buf.getvalue())
+    buf = io.BytesIO()
+    np.savez(buf, step=np.arange(1, len(loss_curve) + 1), train_loss=loss_curve)
+    atomic_write_bytes(run_dir / "metrics.npz", buf.getvalue())
+    atomic_write_json(run_dir / "summary.json", summary)
+    return params, summary

@@ -1,0 +1,220 @@
+"""The quantization lab's models: a BERT-like post-LN MLM encoder and an OPT-like pre-LN decoder.
+
+Shape letters: B batch, T positions, D d_model, H heads, F d_ffn, V vocabulary, L layers.
+
+Both are plain functions of a flat parameter dict. Every tensor the paper's PTQ
+quantizes goes through `tap(name, x)` (identity in floating point): the embedding sums,
+q/k/v, attention scores and probabilities, the gate, the context, each dense output,
+the FFN activation, the residual sums and the LayerNorm outputs. The final head (the
+vocabulary projection) is the one layer left unquantized, as in the paper.
+
+encoder, per layer (BERT): h = LN1(h + Attn(h)); h = LN2(h + W2 gelu(W1 h)).
+decoder, per layer (OPT):  h = h + Attn(LN1(h)); h = h + W2 relu(W1 LN2(h)); a final LN.
+Both: learned absolute positions, N(0, 0.02^2) weights (BERT/OPT init), zero biases,
+untied head, no dropout (runs here are hundreds to a few thousand steps on 420 KB of text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import numerics
+from tasks._quant_attention import (
+    GATES,
+    Tap,
+    attention,
+    gate_init,
+    gate_shapes,
+    identity_tap,
+)
+
+FAMILIES: tuple[str, ...] = ("encoder", "decoder")
+"""Model families: BERT-like post-LN MLM encoder, OPT-like pre-LN causal decoder."""
+
+_LN_EPS = {"encoder": 1e-12, "decoder": 1e-5}  # BERT's and OPT's LayerNorm eps
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantModelConfig:
+    """Architecture of one quant-lab model (static: one compiled program per config)."""
+
+    family: str = "encoder"  # 'encoder' (BERT-like MLM) or 'decoder' (OPT-like causal LM)
+    vocab_size: int = 109  # the char vocabulary of pydoc_data.topics plus 6 special tokens
+    seq_len: int = 64  # T: short enough for seconds-per-hundred-steps on 2 CPU cores
+    n_layers: int = 2  # the smallest stack where layer L's FFN can feed layer L+1's heads
+    d_model: int = 64  # D
+    n_heads: int = 4  # H; d_head = D / H
+    d_ffn: int | None = None  # None -> 4 * d_model (BERT, OPT)
+    gate: str = "none"  # 'none', 'linear' (the paper's default), 'mlp', 'all_heads'
+    gate_hidden: int = 4  # N of the MLP gate (the paper's BERT-base 'MLP, n_hid = 4')
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {self.family!r}")
+        if self.gate not in GATES:
+            raise ValueError(f"gate must be one of {', '.join(GATES)}; got {self.gate!r}")
+        for name in ("vocab_size", "seq_len", "n_layers", "d_model", "n_heads", "gate_hidden"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.d_ffn is not None and self.d_ffn < 1:
+            raise ValueError(f"d_ffn must be positive, got {self.d_ffn}")
+        if self.family == "encoder" and self.seq_len < 5:
+            raise ValueError("an encoder sequence needs seq_len >= 5 ([CLS] A [SEP] B [SEP])")
+
+    @property
+    def ffn_width(self) -> int:
+        """Hidden width F of the FFN."""
+        return 4 * self.d_model if self.d_ffn is None else self.d_ffn
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of every parameter."""
+        d, f, v, t = self.d_model, self.ffn_width, self.vocab_size, self.seq_len
+        shapes: dict[str, tuple[int, ...]] = {"tok_emb": (v, d), "pos_emb": (t, d)}
+        if self.family == "encoder":
+            shapes |= {"seg_emb": (2, d), "emb_ln.scale": (d,), "emb_ln.bias": (d,)}
+        else:
+            shapes |= {"final_ln.scale": (d,), "final_ln.bias": (d,)}
+        for i in range(self.n_layers):
+            pre = f"l{i}."
+            for name in ("q", "k", "v", "o"):
+                shapes[pre + "w" + name], shapes[pre + "b" + name] = (d, d), (d,)
+            shapes |= {pre + "w1": (d, f), pre + "b1": (f,), pre + "w2": (f, d), pre + "b2": (d,)}
+            for ln in ("ln1", "ln2"):
+                shapes[f"{pre}{ln}.scale"], shapes[f"{pre}{ln}.bias"] = (d,), (d,)
+            gate = gate_shapes(self.gate, d, self.n_heads, self.gate_hidden)
+            shapes |= {pre + name: shape for name, shape in gate.items()}
+        shapes |= {"head.w": (d, v), "head.b": (v,)}
+        return shapes
+
+    def metric_taps(self) -> tuple[str, ...]:
+        """The tensors the outlier metrics read, as the paper's public code hooks them.
+
+        encoder (BERT): each layer's FFN output and its output LN(h + FFN(h)).
+        decoder (OPT): each layer's attention-LN output, attention output projection,
+        FFN-LN output, FFN output and layer output (the residual stream), and the final LN.
+        """
+        if self.family == "encoder":
+            per = ("ffn_out", "ffn_ln")
+            return tuple(f"l{i}.{n}" for i in range(self.n_layers) for n in per)
+        per = ("attn_ln", "attn_out", "ffn_ln", "ffn_out", "ffn_res")
+        return (*(f"l{i}.{n}" for i in range(self.n_layers) for n in per), "final_ln")
+
+
+def quant_model_init(key: jax.Array, cfg: QuantModelConfig, pi_init: float = 0.5) -> dict:
+    """Parameters: weights ~ N(0, 0.02^2), biases 0, LN scale 1, gate bias logit(pi_init)."""
+    return _init(key, cfg, float(pi_init))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))  # one compile, not one per parameter shape
+def _init(key: jax.Array, cfg: QuantModelConfig, pi_init: float) -> dict:
+    params = {}
+    for i, (name, shape) in enumerate(sorted(cfg.param_shapes().items())):
+        if ".gate." in name:
+            continue  # drawn below, per layer
+        if name.endswith(".scale"):
+            params[name] = jnp.ones(shape, jnp.float32)
+        elif len(shape) == 1:  # every bias
+            params[name] = jnp.zeros(shape, jnp.float32)
+        else:
+            draw = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
+            params[name] = draw * np.float32(0.02)
+    if cfg.gate != "none":
+        for i in range(cfg.n_layers):
+            layer_key = jax.random.fold_in(jax.random.fold_in(key, 10_000), i)
+            gate = gate_init(
+                layer_key, cfg.gate, cfg.d_model, cfg.n_heads, cfg.gate_hidden, pi_init
+            )
+            params |= {f"l{i}.{name}": value for name, value in gate.items()}
+    return params
+
+
+def weight_names(params: dict) -> list[str]:
+    """The tensors PTQ quantizes as weights: every matrix (embeddings too) except the head."""
+    return sorted(n for n, w in params.items() if w.ndim >= 2 and not n.startswith("head."))
+
+
+def decay_mask(params: dict, ln_weight_decay: bool) -> dict:
+    """Which parameters get weight decay: matrices always; LN scales only if asked; never biases."""
+    return {
+        n: bool(w.ndim >= 2 or (ln_weight_decay and n.endswith(".scale")))
+        for n, w in params.items()
+    }
+
+
+def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float) -> jax.Array:
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(var + eps) * scale[None, None, :] + bias[None, None, :]
+
+
+def _dense(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+    return x @ w + b[None, None, :]
+
+
+def quant_model_apply(
+    params: dict,
+    tokens_BxT: jax.Array,
+    segments_BxT: jax.Array,
+    cfg: QuantModelConfig,
+    gamma: jax.Array | float = 0.0,
+    zeta: jax.Array | float = 1.0,
+    tap: Tap = identity_tap,
+) -> jax.Array:
+    """Logits (B, T, V). gamma/zeta: the clipped softmax (0, 1 is the plain softmax)."""
+    gamma = jnp.asarray(gamma, jnp.float32)
+    zeta = jnp.asarray(zeta, jnp.float32)
+    eps = _LN_EPS[cfg.family]
+    ln = functools.partial(_layer_norm, eps=eps)
+    p = params
+    t_ = tokens_BxT.shape[1]
+    x = p["tok_emb"][tokens_BxT]
+    pos = p["pos_emb"][None, :t_, :]
+    if cfg.family == "encoder":
+        x = tap("emb.tok_seg", x + p["seg_emb"][segments_BxT])
+        x = tap("emb.sum", x + pos)
+        h = tap("emb.ln", ln(x, p["emb_ln.scale"], p["emb_ln.bias"]))
+        mask = None
+    else:
+        h = tap("emb.sum", x + pos)
+        mask = jnp.tril(jnp.ones((t_, t_), bool))[None, None, :, :]
+    act = (lambda z: jax.nn.gelu(z, approximate=False)) if cfg.family == "encoder" else jax.nn.relu
+    for i in range(cfg.n_layers):
+        pre = f"l{i}."
+
+        def ffn(x: jax.Array, pre: str = pre) -> jax.Array:
+            f = tap(pre + "ffn_pre", _dense(x, p[pre + "w1"], p[pre + "b1"]))
+            a = tap(pre + "ffn_act", act(f))
+            return tap(pre + "ffn_out", _dense(a, p[pre + "w2"], p[pre + "b2"]))
+
+        def attn(x: jax.Array, pre: str = pre) -> jax.Array:
+            out, _ = attention(p, pre, x, cfg.n_heads, cfg.gate, gamma, zeta, mask, tap)
+            return out
+
+        if cfg.family == "encoder":  # post-LN (BERT)
+            r = tap(pre + "attn_res", h + attn(h))
+            h = tap(pre + "attn_ln", ln(r, p[pre + "ln1.scale"], p[pre + "ln1.bias"]))
+            r = tap(pre + "ffn_res", h + ffn(h))
+            h = tap(pre + "ffn_ln", ln(r, p[pre + "ln2.scale"], p[pre + "ln2.bias"]))
+        else:  # pre-LN (OPT)
+            a_in = tap(pre + "attn_ln", ln(h, p[pre + "ln1.scale"], p[pre + "ln1.bias"]))
+            h = tap(pre + "attn_res", h + attn(a_in))
+            f_in = tap(pre + "ffn_ln", ln(h, p[pre + "ln2.scale"], p[pre + "ln2.bias"]))
+            h = tap(pre + "ffn_res", h + ffn(f_in))
+    if cfg.family == "decoder":
+        h = tap("final_ln", ln(h, p["final_ln.scale"], p["final_ln.bias"]))
+    return _dense(h, p["head.w"], p["head.b"])  # the final head stays in float
+
+
+def lm_loss_sums(
+    logits_BxTxV: jax.Array, labels_BxT: jax.Array, weights_BxT: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """(sum of weighted cross-entropies, sum of weights), with the lab's fixed cross-entropy."""
+    ce = numerics.cross_entropy(logits_BxTxV, labels_BxT)
+    return jnp.sum(ce * weights_BxT), jnp.sum(weights_BxT)

@@ -1,0 +1,112 @@
+"""Clipped softmax and gated attention as the quant lab uses them (paper eqs. 4 and 5)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numerics
+from tasks import QuantModelConfig, gate_logits, quant_model_apply, quant_model_init
+from tasks._quant_attention import attention, gate_init, identity_tap, logit
+
+
+@pytest.mark.parametrize("gamma, zeta", [(-0.03, 1.0), (-0.1, 1.0), (-0.05, 1.03)])
+def test_clipped_softmax_exact_zeros_and_zero_gradient_below_threshold(gamma, zeta):
+    logits = jnp.asarray(np.random.default_rng(0).normal(0, 2.0, (8, 32)), jnp.float32)
+    probs = np.asarray(jax.nn.softmax(logits))
+    threshold = -gamma / (zeta - gamma)
+    below = probs < threshold
+    assert below.any() and (~below).any()
+    out = np.asarray(jax.jit(numerics.clipped_softmax)(logits, gamma, zeta))
+    assert np.all(out[below] == 0.0)  # exact zeros, not just small
+    assert np.all(out[probs > threshold * 1.001] > 0.0)
+    # d out_ij / d logits = 0 for every clipped entry (rows of the Jacobian per sample).
+    jac = jax.jit(jax.vmap(jax.jacobian(lambda z: numerics.clipped_softmax(z, gamma, zeta))))(
+        logits
+    )
+    jac = np.asarray(jac)  # (B, K_out, K_in)
+    assert np.all(jac[below] == 0.0)
+    assert np.any(jac[~below] != 0.0)
+
+
+def test_clipped_attention_with_alpha_above_one_is_dead_at_uniform_attention():
+    """With gamma = -alpha/T and alpha > 1, uniform attention (p = 1/T) is clipped to 0
+    everywhere: the output and every gradient through the attention are exactly zero."""
+    cfg = QuantModelConfig(family="encoder", vocab_size=12, seq_len=16, n_layers=1, d_model=8)
+    params = quant_model_init(jax.random.key(0), cfg)
+    params = {k: (jnp.zeros_like(v) if k in ("l0.wq", "l0.wk") else v) for k, v in params.items()}
+    x = jax.random.normal(jax.random.key(1), (2, 16, 8))
+    gamma = jnp.float32(numerics.clipped_softmax_gamma(2.0, 16))
+
+    def attn_sum(p):
+        out, probs = attention(p, "l0.", x, 4, "none", gamma, jnp.float32(1.0), None, identity_tap)
+        return jnp.sum(jnp.square(out - p["l0.bo"][None, None, :])), probs
+
+    (value, probs), grads = jax.jit(jax.value_and_grad(attn_sum, has_aux=True))(params)
+    assert float(value) == 0.0
+    assert np.all(np.asarray(probs) == 0.0)
+    for name in ("l0.wq", "l0.wk", "l0.wv", "l0.bq", "l0.bk", "l0.bv"):
+        assert np.all(np.asarray(grads[name]) == 0.0), name
+
+
+def test_vanilla_is_clipped_softmax_with_gamma_zero_bit_for_bit():
+    """gamma = 0, zeta = 1 is the plain softmax exactly, so vanilla and clipped share a program."""
+    x = jnp.asarray(np.random.default_rng(1).normal(0, 3.0, (4, 2, 9, 9)), jnp.float32)
+    causal = jnp.tril(jnp.ones((9, 9), bool))[None, None, :, :]
+    for where in (None, causal):
+        clipped = numerics.clipped_softmax(x, jnp.float32(0.0), jnp.float32(1.0), where=where)
+        plain = numerics.softmax(x, where=where)
+        np.testing.assert_array_equal(np.asarray(clipped), np.asarray(plain))
+    np.testing.assert_allclose(
+        np.asarray(plain), np.asarray(jax.nn.softmax(x, where=causal)), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("gate", ["linear", "mlp", "all_heads"])
+@pytest.mark.parametrize("pi_init", [0.25, 0.5, 0.9])
+def test_gate_starts_at_pi_init(gate, pi_init):
+    d, h = 32, 4
+    p = {"l0." + k: v for k, v in gate_init(jax.random.key(0), gate, d, h, 4, pi_init).items()}
+    zeros = jnp.zeros((2, 5, d), jnp.float32)
+    logits = jax.jit(lambda p, x: gate_logits(p, "l0.", gate, x))
+    pi = jax.nn.sigmoid(logits(p, zeros))
+    np.testing.assert_allclose(np.asarray(pi), pi_init, rtol=1e-6)
+    # On LayerNorm-scale inputs the N(0, 0.02^2) weights move each gate only slightly.
+    x = jax.random.normal(jax.random.key(1), (8, 16, d), jnp.float32)
+    pi = np.asarray(jax.nn.sigmoid(logits(p, x)))
+    assert pi.shape == (8, 16, h)
+    assert abs(pi.mean() - pi_init) < 0.02
+    assert np.abs(pi - pi_init).max() < 0.1
+
+
+def test_gate_bias_is_logit_of_pi_init():
+    assert logit(0.5) == 0.0
+    assert abs(1 / (1 + np.exp(-logit(0.25))) - 0.25) < 1e-15
+    with pytest.raises(ValueError):
+        logit(1.0)
+
+
+@pytest.mark.parametrize("gate", ["linear", "mlp", "all_heads"])
+def test_gated_model_starts_with_gates_at_pi_init(gate):
+    cfg = QuantModelConfig(
+        family="encoder", vocab_size=12, seq_len=12, n_layers=2, d_model=16, gate=gate
+    )
+    params = quant_model_init(jax.random.key(0), cfg, pi_init=0.25)
+
+    def gates_of(p, t):
+        gates = []
+
+        def tap(name, x):
+            if name.endswith(".gate"):
+                gates.append(x)
+            return x
+
+        quant_model_apply(p, t, t * 0, cfg, tap=tap)
+        return gates
+
+    tokens = jax.random.randint(jax.random.key(1), (4, 12), 0, 12)
+    gates = jax.jit(gates_of)(params, tokens)
+    assert len(gates) == 2
+    for g in gates:
+        assert g.shape == (4, 12, 4)
+        assert abs(float(jnp.mean(g)) - 0.25) < 0.02

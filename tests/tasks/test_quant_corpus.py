@@ -1,0 +1,117 @@
+"""The quant lab's corpus, batches and models: shapes, special tokens, split, taps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tasks import (
+    QuantModelConfig,
+    build_corpus,
+    make_quant_batch,
+    quant_eval_batches,
+    quant_model_apply,
+    quant_model_init,
+    quant_tap_names,
+    weight_names,
+)
+from tasks._quant_corpus import BOS, CLS, MASK, SEP, SPECIAL_TOKENS
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return build_corpus()
+
+
+def test_default_corpus_is_pydoc_with_a_fixed_split(corpus):
+    assert corpus.source == "pydoc_data.topics"
+    total = len(corpus.train_ids) + len(corpus.val_ids)
+    assert 400_000 < total < 600_000
+    assert len(corpus.val_ids) == total - int(total * 0.9)
+    again = build_corpus()
+    np.testing.assert_array_equal(again.val_ids, corpus.val_ids)
+    assert corpus.train_ids.min() >= len(SPECIAL_TOKENS)
+    assert corpus.decode(corpus.train_ids[:200]) in build_corpus.__globals__["load_text"]()[0]
+    delims = corpus.delimiter_mask()
+    assert delims[: len(SPECIAL_TOKENS)].all()
+    names = corpus.token_names()
+    assert {
+        names[i] for i in np.flatnonzero(delims[len(SPECIAL_TOKENS) :]) + len(SPECIAL_TOKENS)
+    } >= {
+        ".",
+        ",",
+        "\\n",
+    }
+
+
+def test_byte_level_and_local_file(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("héllo, world. " * 50, encoding="utf-8")
+    c = build_corpus(str(path), level="byte")
+    assert c.vocab_size == len(SPECIAL_TOKENS) + 256
+    assert c.source == str(path)
+    with pytest.raises(ValueError):
+        build_corpus(str(tmp_path / "missing.txt"))
+    with pytest.raises(ValueError):
+        build_corpus(level="word")
+
+
+def test_mlm_batch_layout(corpus):
+    rng = np.random.default_rng(0)
+    b = make_quant_batch("encoder", corpus.train_ids, rng, 64, 40, corpus.vocab_size)
+    assert b["tokens"].shape == (64, 40) and b["tokens"].dtype == np.int32
+    assert np.all(b["labels"][:, 0] == CLS)
+    assert np.all(b["labels"][:, -1] == SEP)
+    assert np.all((b["labels"] == SEP).sum(axis=1) == 2)
+    first_sep = np.argmax(b["labels"] == SEP, axis=1)
+    assert len(set(first_sep.tolist())) > 1  # the [SEP] moves
+    seg = b["segments"]
+    assert np.all(seg[np.arange(64), first_sep] == 0) and np.all(seg[:, -1] == 1)
+    chosen = b["weights"] > 0
+    assert np.all(b["labels"][chosen] >= len(SPECIAL_TOKENS))  # only text is predicted
+    assert 0.1 < chosen.sum() / (64 * 37) < 0.2
+    masked = b["tokens"] == MASK
+    assert np.all(chosen[masked])
+    assert 0.7 < masked.sum() / chosen.sum() < 0.9
+    np.testing.assert_array_equal(b["tokens"][~chosen], b["labels"][~chosen])
+
+
+def test_clm_batch_is_shifted_with_bos(corpus):
+    b = make_quant_batch(
+        "decoder", corpus.train_ids, np.random.default_rng(0), 4, 16, corpus.vocab_size
+    )
+    assert np.all(b["tokens"][:, 0] == BOS)
+    np.testing.assert_array_equal(b["tokens"][:, 1:], b["labels"][:, :-1])
+    assert np.all(b["weights"] == 1.0)
+
+
+def test_eval_batches_are_fixed(corpus):
+    a = quant_eval_batches("encoder", corpus.val_ids, 3, 4, 32, corpus.vocab_size, seed=5)
+    b = quant_eval_batches("encoder", corpus.val_ids, 3, 4, 32, corpus.vocab_size, seed=5)
+    for x, y in zip(a, b, strict=True):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_model_shapes_taps_and_causality(family):
+    cfg = QuantModelConfig(
+        family=family, vocab_size=20, seq_len=12, n_layers=2, d_model=16, gate="linear"
+    )
+    params = quant_model_init(jax.random.key(0), cfg)
+    assert set(params) == set(cfg.param_shapes())
+    assert "head.w" not in weight_names(params) and "tok_emb" in weight_names(params)
+    tokens = jax.random.randint(jax.random.key(1), (3, 12), 0, 20)
+    apply = jax.jit(lambda p, t: quant_model_apply(p, t, t * 0, cfg))
+    logits = apply(params, tokens)
+    assert logits.shape == (3, 12, 20) and logits.dtype == jnp.float32
+    names = quant_tap_names(cfg)
+    for n in ("emb.sum", "l0.q", "l0.scores", "l0.probs", "l0.gate", "l0.context", "l1.ffn_res"):
+        assert n in names
+    assert set(cfg.metric_taps()) <= set(names)
+    changed = tokens.at[:, 7].set((tokens[:, 7] + 1) % 20)
+    delta = jnp.abs(apply(params, changed) - logits).max(axis=(0, 2))
+    if family == "decoder":  # causal: positions before 7 cannot see the change
+        assert float(delta[:7].max()) == 0.0 and float(delta[7:].min()) > 0.0
+    else:  # bidirectional
+        assert float(delta.min()) > 0.0

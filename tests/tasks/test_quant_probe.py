@@ -1,0 +1,77 @@
+"""The probe: one pass that evaluates, calibrates and measures (here on a tiny gated decoder)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tasks import (
+    QuantModelConfig,
+    build_corpus,
+    lm_loss_sums,
+    make_quant_batch,
+    make_quant_probe,
+    quant_model_apply,
+    quant_model_init,
+    quant_tap_names,
+)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    corpus = build_corpus()
+    cfg = QuantModelConfig(
+        family="decoder", vocab_size=corpus.vocab_size, seq_len=12, n_layers=2, d_model=16,
+        n_heads=2, gate="linear",
+    )  # fmt: skip
+    params = quant_model_init(jax.random.key(0), cfg, pi_init=0.25)
+    batch = make_quant_batch("decoder", corpus.train_ids, np.random.default_rng(0), 4, 12, 0)
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    probe = make_quant_probe(cfg)
+    names = quant_tap_names(cfg)
+    masks = jnp.asarray(corpus.delimiter_mask()), jnp.asarray(corpus.special_mask())
+
+    def run(lo, hi, bits, quantize):
+        return probe(params, batch, 0.0, 1.0, lo, hi, bits, quantize, lo, hi, *masks)
+
+    zeros = {n: jnp.float32(0) for n in names}
+    fp = run(zeros, zeros, jnp.float32(8), jnp.asarray(False))
+    return cfg, params, batch, names, run, fp
+
+
+def test_float_pass_matches_the_model(setup):
+    cfg, params, batch, names, _, fp = setup
+    logits = jax.jit(lambda p, b: quant_model_apply(p, b["tokens"], b["segments"], cfg))(
+        params, batch
+    )
+    ce, w = lm_loss_sums(logits, batch["labels"], batch["weights"])
+    np.testing.assert_allclose(float(fp["ce_sum"]), float(ce), rtol=1e-5)
+    assert float(fp["w_sum"]) == float(w) == 4 * 12
+    assert set(fp["min"]) == set(names) and set(fp["inf_norm"]) == set(cfg.metric_taps())
+    assert all(float(fp["min"][n]) <= float(fp["max"][n]) for n in names)
+
+
+def test_attention_and_gate_statistics(setup):
+    cfg, _, _, _, _, fp = setup
+    t = cfg.seq_len
+    np.testing.assert_array_equal(np.asarray(fp["attn_allowed"]), 4 * t * (t + 1) / 2)
+    probs = np.asarray(fp["example_probs"])  # (L, H, T, T)
+    assert probs.shape == (2, 2, t, t)
+    np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
+    assert np.all(np.triu(probs, k=1) == 0.0)  # causal
+    assert float(np.asarray(fp["attn_zeros"]).sum()) == 0.0  # softmax: no exact zeros
+    # Query 0 sees only [BOS] (special): its whole mass is on special tokens.
+    assert np.all(np.asarray(fp["attn_special"]) >= 4 / t - 1e-6)
+    np.testing.assert_allclose(np.asarray(fp["gate_mean"]) / 4, 0.25, atol=0.02)
+    assert float(np.asarray(fp["token_count"]).sum()) == 4 * t
+
+
+def test_quantized_pass_uses_the_static_ranges(setup):
+    _, _, _, names, run, fp = setup
+    lo = {n: jnp.float32(fp["min"][n]) for n in names}
+    hi = {n: jnp.float32(fp["max"][n]) for n in names}
+    fine = run(lo, hi, jnp.float32(16), jnp.asarray(True))
+    coarse = run(lo, hi, jnp.float32(3), jnp.asarray(True))
+    ce = float(fp["ce_sum"])
+    assert abs(float(fine["ce_sum"]) - ce) < 1e-3 * ce
+    assert abs(float(coarse["ce_sum"]) - ce) > 1e-3 * ce
