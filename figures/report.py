@@ -470,6 +470,18 @@ def _fig4_rows(runs) -> list[Row]:
     return rows
 
 
+def _fig7_start_rows(runs) -> list[Row]:
+    from figures import fig7
+
+    return fig7.claims_at_start(runs["fig7"])
+
+
+def _fig7_full_rows(runs) -> list[Row]:
+    from figures import fig7
+
+    return fig7.claims_full(runs["fig7"])
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "Fig. 1a",
@@ -544,6 +556,22 @@ CLAIMS: tuple[Claim, ...] = (
         ("four benchmarks: fp32 standard spikes, fp32 fixed 100%, fp32 fixed = fp64 standard",),
         "fig6",
     ),
+    Claim(
+        "Sec. 7",
+        ("fig7",),
+        ("quick", "full"),
+        _fig7_start_rows,
+        ("residual gradient per precision; fixed student never moves",),
+        "fig7",
+    ),
+    Claim(
+        "Sec. 7",
+        ("fig7",),
+        ("full",),
+        _fig7_full_rows,
+        ("fp64 stays near KL 0", "fp32 KL floor ~1e-6", "bf16 drifts, accuracy drops"),
+        "fig7",
+    ),
 )
 """Every claim, in the report's order."""
 
@@ -587,7 +615,7 @@ def format_counts(counts: dict[str, int]) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "/").replace("\n", " ")
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def markdown(rows: Sequence[Row], scale: str) -> str:
