@@ -418,53 +418,61 @@ def _fig6_rows(runs) -> list[Row]:
 
 
 def _fig4_rows(runs) -> list[Row]:
-    from grokbench import equilibrium
+    from figures import fig4
 
-    table = equilibrium.analyze_runs([(r.config.to_dict(), r.metrics) for r in runs["fig4"]])
     rows = []
-    for g in table:
+    for g in fig4.groups(runs["fig4"]):
         eps, wd = g["eps"], g["weight_decay"]
         if eps == 0:
-            stop = g.get("underflow_margin_mean")
-            if wd == 1.0:
+            if wd > 0:
+                peaks = [
+                    r["peak"]
+                    for r in fig4.run_rows(runs["fig4"])
+                    if r["config"]["eps"] == 0 and r["config"]["weight_decay"] == wd
+                ]
+                peak = float(np.mean(peaks))
                 rows.append(
                     Row(
                         "eps = 0 (lambda 1): the margin grows until fp32 gradients underflow",
                         "Fig. 4a, Sec. 5",
-                        "m ~ 81.2",
-                        "-" if stop is None else f"stops at {stop:.1f}",
-                        "+-5.0 (where e^-m leaves fp32's range)",
-                        FAILS if stop is None else _verdict(abs(stop - 81.2) <= 5.0),
+                        "grows to m ~ 81.2",
+                        f"largest margin per seed {', '.join(f'{x:.1f}' for x in peaks)}",
+                        "mean of the seeds' largest margins within +-5.0",
+                        _verdict(abs(peak - 81.2) <= 5.0),
                     )
                 )
             continue
         predicted, measured = g["predicted"], g["measured_mean"]
+        shown = (
+            "-"
+            if measured is None
+            else f"{measured:.2f} +- {g['measured_std']:.2f} "
+            f"({g['plateaued']:.0%} of {g['n']} plateaued)"
+        )
         if wd > 0:
-            ok = measured is not None and abs(measured - predicted) <= 1.0
             rows.append(
                 Row(
                     f"plateau margin = log(1/eps), eps {eps:g}, lambda {wd:g}",
                     "Fig. 4a, Eq. 11",
                     f"{predicted:.2f}",
-                    "no plateau"
-                    if measured is None
-                    else f"{measured:.2f} +- {g['measured_std']:.2f} "
-                    f"(plateaued {g['plateaued']:.0%} of {g['n']})",
-                    "+-1.0",
-                    _verdict(ok),
+                    shown,
+                    "+-1.0, every run plateaued",
+                    _verdict(
+                        measured is not None
+                        and g["plateaued"] == 1.0
+                        and abs(measured - predicted) <= 1.0
+                    ),
                 )
             )
         else:
-            final = g.get("final_mean")
-            value = measured if measured is not None else final
             rows.append(
                 Row(
                     f"without weight decay the margin overshoots log(1/eps), eps {eps:g}",
                     "Fig. 4b",
                     f"> {predicted:.2f}",
-                    "-" if value is None else f"{value:.2f}",
-                    "above the prediction",
-                    _verdict(value is not None and value > predicted),
+                    shown,
+                    "mean above the prediction",
+                    _verdict(measured is not None and measured > predicted),
                 )
             )
     return rows
