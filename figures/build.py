@@ -30,7 +30,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "table1": ("figures.table1", "write_table"),
     "fig6": ("figures.fig6", "draw"),
     "fig7": ("figures.fig7", "draw"),
-    "quant": ("figures.quant_figures", "draw"),
+    "quant": ("figures.quant", "draw"),
 }
 """Every figure/table by name -> (module, function taking a Context, returning paths)."""
 

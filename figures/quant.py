@@ -117,3 +117,13 @@ def draw_quant_figures(
             paths.append(_attention_figure(rows, family, out))
             paths.append(_outlier_dims_figure(rows, family, out))
     return paths
+
+
+def draw(ctx) -> list[pathlib.Path]:
+    """`grokbench figures quant`: the quant lab at the build's scale (cached), then its table
+    (quant_table.json, quant_table.md) and figures in the build's output directory."""
+    from grokbench import quant
+
+    table = quant.run_quant(ctx.quick, ctx.out, {}, results=ctx.store.root, progress=ctx.progress)
+    tables = [ctx.out / "quant_table.json", ctx.out / "quant_table.md"]
+    return tables + draw_quant_figures(table, ctx.out)

@@ -17,6 +17,7 @@ it (final margins within 1.0), and from the paper's seed spread for accuracies.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -490,6 +491,82 @@ def _fig7_full_rows(runs) -> list[Row]:
     return fig7.claims_full(runs["fig7"])
 
 
+QUANT = "quant"
+"""The pseudo-recipe of the quantization lab: its table, read from the build's quant_table.json."""
+
+# The quantizable-transformers paper's Table 2 (BERT-base ~ our encoder, OPT-125m ~ decoder):
+# (max inf-norm, average kurtosis, FP perplexity, W8A8 perplexity) per variant.
+PAPER_QUANT = {
+    "encoder": {
+        "vanilla": (735, 3076, 4.49, 1294),
+        "clipped": (21.5, 80, 4.39, 4.52),
+        "gated_mlp": (39.2, 201, 4.45, 4.65),
+    },
+    "decoder": {"vanilla": (340, 1778, 15.84, 21.18), "gated": (8.7, 18.9, 15.55, 16.02)},
+}
+
+
+def _quant_rows(runs) -> list[Row]:
+    table = runs[QUANT]
+    rows = []
+    for family, paper in PAPER_QUANT.items():
+        by = {r["variant"]: r for r in table["rows"] if r["family"] == family}
+        van = by.get("vanilla")
+        if van is None:
+            continue
+        p_inf, p_kurt, _, p_w8 = paper["vanilla"]
+        rows.append(
+            Row(
+                f"{family}: vanilla attention develops activation outliers",
+                "Quantizable transformers, Table 2",
+                f"max inf-norm {p_inf}, kurtosis {p_kurt}",
+                f"max inf-norm {van['max_inf_norm']:.1f}, kurtosis {van['avg_kurtosis']:.1f}",
+                "max inf-norm >= 100 (the paper's vanilla models: 340-735)",
+                _verdict(van["max_inf_norm"] >= 100),
+            )
+        )
+        gap = van["w8a8_perplexity"] / van["fp_perplexity"] - 1
+        rows.append(
+            Row(
+                f"{family}: vanilla W8A8 loses badly against floating point",
+                "Quantizable transformers, Table 2",
+                f"FP {paper['vanilla'][2]} -> W8A8 {p_w8}",
+                f"FP {van['fp_perplexity']:.2f} -> W8A8 {van['w8a8_perplexity']:.2f} "
+                f"({100 * gap:+.1f}%)",
+                "W8A8 perplexity >= 1.1x FP",
+                _verdict(gap >= 0.1),
+            )
+        )
+        for variant, fix in paper.items():
+            if variant == "vanilla" or variant not in by:
+                continue
+            r = by[variant]
+            ratio = r["max_inf_norm"] / van["max_inf_norm"]
+            rows.append(
+                Row(
+                    f"{family}: {r['label']} cuts the max inf-norm",
+                    "Quantizable transformers, Table 2",
+                    f"{p_inf} -> {fix[0]} ({fix[0] / p_inf:.2g}x)",
+                    f"{van['max_inf_norm']:.1f} -> {r['max_inf_norm']:.1f} ({ratio:.2g}x)",
+                    "at least 2x lower",
+                    _verdict(ratio <= 0.5),
+                )
+            )
+            fgap = r["w8a8_perplexity"] / r["fp_perplexity"] - 1
+            rows.append(
+                Row(
+                    f"{family}: {r['label']} quantizes to W8A8 within ~1% of FP",
+                    "Quantizable transformers, Table 2",
+                    f"FP {fix[2]} -> W8A8 {fix[3]} ({100 * (fix[3] / fix[2] - 1):+.1f}%)",
+                    f"FP {r['fp_perplexity']:.2f} -> W8A8 {r['w8a8_perplexity']:.2f} "
+                    f"({100 * fgap:+.1f}%)",
+                    "within +-5% (the paper's: +3.0% to +4.5%)",
+                    _verdict(abs(fgap) <= 0.05),
+                )
+            )
+    return rows
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "Fig. 1a",
@@ -580,12 +657,31 @@ CLAIMS: tuple[Claim, ...] = (
         ("fp64 stays near KL 0", "fp32 KL floor ~1e-6", "bf16 drifts, accuracy drops"),
         "fig7",
     ),
+    Claim(
+        "Quantizable transformers",
+        (QUANT,),
+        ("quick", "full"),
+        _quant_rows,
+        ("vanilla outliers", "vanilla W8A8 loss", "clipped/gated cut outliers, W8A8 within ~1%"),
+        "quant",
+    ),
 )
 """Every claim, in the report's order."""
 
 
 def _not_tested(claim: Claim, why: str) -> list[Row]:
     return [Row(t, claim.source, "-", "-", "-", NOT_TESTED, why) for t in claim.titles]
+
+
+def _load(ctx: Context, name: str):
+    """A recipe's finished runs, or the quant lab's table of this scale; None if missing."""
+    if name != QUANT:
+        return ctx.runs(name, train=False)
+    path = ctx.out / "quant_table.json"
+    if not path.is_file():
+        return None
+    table = json.loads(path.read_text())
+    return table if table.get("quick") == ctx.quick else None
 
 
 def evaluate(ctx: Context, claims: Sequence[Claim] = CLAIMS) -> list[Row]:
@@ -599,7 +695,7 @@ def evaluate(ctx: Context, claims: Sequence[Claim] = CLAIMS) -> list[Row]:
             )
             rows += _not_tested(claim, why)
             continue
-        runs = {name: ctx.runs(name, train=False) for name in claim.recipes}
+        runs = {name: _load(ctx, name) for name in claim.recipes}
         missing = [name for name, r in runs.items() if r is None]
         if missing:
             flag = "" if ctx.quick else " --full"
