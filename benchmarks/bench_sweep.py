@@ -9,9 +9,10 @@ wd 1, fp32), 8 eps x 3 seeds x 3,000 full-batch steps = 24 runs, test metrics ev
             process: grid expansion, the directory lock, grouping, the same program,
             summaries, the store's atomic writes, summary.json and sweep.csv
 
-Both paths start from nothing compiled (compilation included). The target is sweep /
-program <= 1.3x. Runs per hour is 24 / the sweep's wall time. CPU seconds (this process)
-are printed beside wall seconds: other load on a shared machine moves wall time, not them.
+Both paths start from nothing compiled (compilation included), in alternating order. The
+target is sweep / program <= 1.3x. Runs per hour is 24 / the sweep's wall time. CPU seconds
+(this process) are printed beside wall seconds: other load on a shared machine moves wall
+time, not them.
 
     python benchmarks/bench_sweep.py [--steps 3000] [--seeds 3] [--repeats 1] [--batch N]
 """
@@ -34,9 +35,9 @@ os.environ["XLA_FLAGS"] = (
     + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
 ).strip()
 
-import jax  # noqa: E402
+import jax
 
-from grokbench import cli, engine, sweep  # noqa: E402
+from grokbench import cli, engine, sweep
 
 EPS = ("1e-4", "1e-6", "1e-8", "1e-10", "1e-12", "1e-14", "1e-16", "0")
 
@@ -73,9 +74,13 @@ def main() -> None:
             assert cli.main(argv) == 0
 
     times: dict[str, list[tuple[float, float]]] = {"program": [], "sweep": []}
-    for _ in range(args.repeats):
-        times["program"].append(_time(program))
-        times["sweep"].append(_time(sweep_cli))
+    paths = {"program": program, "sweep": sweep_cli}
+    for i in range(args.repeats):
+        order = ["program", "sweep"] if i % 2 == 0 else ["sweep", "program"]  # interleaved
+        for name in order:
+            times[name].append(_time(paths[name]))
+            wall, cpu = times[name][-1]
+            print(f"  repeat {i + 1}: {name:<8} {wall:7.1f} s wall {cpu:7.1f} s cpu", flush=True)
 
     def median(name: str, i: int) -> float:
         values = sorted(t[i] for t in times[name])

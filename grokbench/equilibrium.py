@@ -17,18 +17,20 @@ The plateau rule (`plateau`), on a run's per-step mean training margin (`MARGIN_
 3. The plateau value is the mean of the tail; the plateau is reached at the first step
    from which the margin stays within PLATEAU_BAND nats of that value to the end.
 
-A curve that turns non-finite (a run that diverged) has not plateaued; it stops at its
-last finite margin (`Plateau.stop`, `stop_step`). Fig4's eps = 0 runs do that: with LaProp
-tracking r = sqrt(v) in fp32, a gradient entry g in [tiny, tiny / sqrt(1 - b2)) flushes
-sqrt(1 - b2) |g|, and so r, to zero while g itself is not, and g / (r + 0) is inf.
+A run that has not plateaued (still climbing, or a curve that turned non-finite) is
+summarized by its peak: the largest finite margin and the step it was reached
+(`Plateau.stop`, `stop_step`). Fig4's eps = 0 runs peak at the underflow and then break:
+with LaProp tracking r = sqrt(v) in fp32, a gradient entry g in [tiny, tiny / sqrt(1 - b2))
+flushes sqrt(1 - b2) |g|, and so r, to zero while g itself is not, g / (r + 0) is inf and
+the run diverges (`diverged`); or the margin collapses and climbs again.
 
 Groups (`group_rows`) are the runs with equal config except the seed (in a fig4 sweep:
 one per eps and weight decay). Their measured value is the mean (and sample std) of the
-plateau values of the runs that plateaued, or else of every run's level: its last finite
-margin if it diverged, its tail mean otherwise (`measured_from` says which). A group
-agrees with the prediction if it plateaued within AGREEMENT nats of log(1/eps). eps = 0
-groups have no prediction (None); they are flagged `grows_to_underflow` and report where
-their runs stop (`stop_margin`, `stop_step`, `stop_how`: plateau, diverged or growing).
+plateau values of the runs that plateaued, or else of every run's peak (`measured_from`
+says which). A group agrees with the prediction if it plateaued within AGREEMENT nats of
+log(1/eps). eps = 0 groups have no prediction (None); they are flagged
+`grows_to_underflow` and report where their runs stop (`stop_margin`, `stop_step`:
+the plateau, or else the peak) and the fraction that then diverged.
 """
 
 from __future__ import annotations
@@ -97,8 +99,8 @@ class Plateau:
     final: float  # the last margin
     peak: float  # the largest finite margin of the run
     diverged: bool  # the curve turned non-finite
-    stop: float  # plateau value; else the last finite margin (diverged) or the last one
-    stop_step: int | None  # plateau step; else the step of `stop`
+    stop: float  # the plateau value; else the peak
+    stop_step: int | None  # the plateau step; else the step of the peak
 
 
 def plateau(
@@ -126,16 +128,10 @@ def plateau(
         outside = np.flatnonzero(~(np.abs(m - value) <= band))  # NaN counts as outside
         step = int(outside[-1] + 1) if outside.size else 0
     finite_m = np.isfinite(m)
-    peak = float(m[finite_m].max()) if finite_m.any() else math.nan
-    bad = np.flatnonzero(~finite_m)
-    diverged = bool(bad.size)
-    if ok:
-        stop, stop_step = value, step
-    elif diverged:
-        last = int(bad[0]) - 1
-        stop, stop_step = (float(m[last]), last) if last >= 0 else (math.nan, None)
-    else:
-        stop, stop_step = float(m[-1]), m.size - 1
+    peak_step = int(np.argmax(np.where(finite_m, m, -np.inf))) if finite_m.any() else None
+    peak = float(m[peak_step]) if peak_step is not None else math.nan
+    diverged = not bool(finite_m.all())
+    stop, stop_step = (value, step) if ok else (peak, peak_step)
     return Plateau(ok, value, step, trend, float(m[-1]), peak, diverged, stop, stop_step)
 
 
@@ -167,10 +163,8 @@ def run_rows(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]])
                 "final": _num(verdict.final),
                 "peak": _num(verdict.peak),
                 "diverged": verdict.diverged,
-                "stop": _num(verdict.stop),
+                "stop": _num(verdict.stop),  # the plateau value, else the peak
                 "stop_step": verdict.stop_step,
-                # plateau value if plateaued, else the last finite margin or the tail mean
-                "level": _num(verdict.value if not verdict.diverged else verdict.stop),
                 "underflow_margin": underflow_margin(cfg) if cfg.eps == 0 else None,
             }
         )
@@ -200,9 +194,8 @@ def group_rows(rows: Sequence[dict]) -> list[dict]:
     for members in groups.values():
         first = members[0]["config"]
         done = [r for r in members if r["plateaued"]]
-        values = [r["level"] for r in (done or members) if r["level"] is not None]
+        values = [r["stop"] for r in (done or members) if r["stop"] is not None]
         measured = _mean(values)
-        how = "plateau" if done else "diverged" if all(r["diverged"] for r in members) else ""
         predicted = members[0]["predicted"]
         eps_zero = first["eps"] == 0
         deviation = None if measured is None or predicted is None else measured - predicted
@@ -214,7 +207,7 @@ def group_rows(rows: Sequence[dict]) -> list[dict]:
                 "measured_std": _std(values) if values else None,
                 "plateaued": len(done) / len(members),
                 "n": len(members),
-                "measured_from": how or "final",
+                "measured_from": "plateau" if done else "peak",
                 "deviation": deviation,
                 "agrees": None if deviation is None or not done else abs(deviation) <= AGREEMENT,
                 "plateau_step_mean": _mean([r["plateau_step"] for r in done]),
@@ -226,7 +219,9 @@ def group_rows(rows: Sequence[dict]) -> list[dict]:
                 "stop_step": _mean([r["stop_step"] for r in members if r["stop_step"] is not None])
                 if eps_zero
                 else None,
-                "stop_how": (how or "growing") if eps_zero else None,
+                "stop_how": ("plateau" if len(done) == len(members) else "peak")
+                if eps_zero
+                else None,
                 "diverged": sum(r["diverged"] for r in members) / len(members),
                 "underflow_margin": members[0]["underflow_margin"],
             }
@@ -273,21 +268,20 @@ def format_table(rows: Sequence[dict]) -> str:
     lines = []
     for r in rows:
         if r["grows_to_underflow"]:
-            stop = {
-                "plateau": "stops at",
-                "diverged": "diverges (inf/NaN) after",
-                "growing": "still growing at",
-            }[r["stop_how"]]
+            stop = "stops at" if r["stop_how"] == "plateau" else "peaks at"
             note = (
                 f"eps=0: grows until gradients underflow (~{r['underflow_margin']:.1f}); "
                 f"{stop} {_fmt(r['stop_margin'])} (step {_fmt(r['stop_step'], '.0f')})"
             )
+            if r["diverged"]:
+                note += f", then {r['diverged']:.0%} diverge (inf/NaN)"
         elif r["diverged"]:
-            note = "diverged: last finite margin shown"
+            note = f"{r['diverged']:.0%} diverged: peak shown"
         elif r["agrees"] is None:
-            note = "no plateau: tail mean shown"
+            note = "no plateau: peak shown"
         else:
-            note = f"within {AGREEMENT:g}" if r["agrees"] else f"off by > {AGREEMENT:g}"
+            side = "overshoots" if r["deviation"] > 0 else "undershoots"
+            note = f"within {AGREEMENT:g}" if r["agrees"] else f"{side} by > {AGREEMENT:g}"
         lines.append(
             [
                 format(r["eps"], "g"),

@@ -9,7 +9,7 @@ handed to an executor (`grokbench.executors`: this process, or Ray).
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import tqdm
 
@@ -47,7 +47,6 @@ def run_configs(
     executor: executors.Executor | None = None,
     max_batch: int | None = None,
     whole_units: bool = False,
-    on_unit: Callable[[], object] | None = None,
 ) -> list[dict]:
     """Summaries of `configs` in order; finished runs are loaded, the others trained and saved.
 
@@ -55,8 +54,7 @@ def run_configs(
     was loaded rather than trained by this call). `whole_units=True` plans units over all of
     `configs`, finished or not, and retrains a unit whole if any of its runs is missing: a
     run's last bits depend on the batch it shares (XLA picks kernels by batch shape), so a
-    resumed sweep then stores exactly what an uninterrupted one would. `on_unit()` is called
-    after each unit is stored.
+    resumed sweep then stores exactly what an uninterrupted one would.
     """
     unique = list(dict.fromkeys(configs))
     done = {cfg: _load(store, cfg) for cfg in unique}
@@ -93,8 +91,6 @@ def run_configs(
                 store.save(out.config, out.metrics, summary)
                 done[out.config] = summary
                 trained.add(out.config)
-            if on_unit is not None:
-                on_unit()
     return [
         {**done[cfg], "run_dir": str(store.run_dir(cfg)), "cached": cfg not in trained}
         for cfg in configs

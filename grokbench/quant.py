@@ -355,7 +355,7 @@ def _row(summary: dict, train_summary: dict, cfg: QuantConfig, eval_dir: pathlib
         **{k: v for k, v in summary.items() if k not in ("config", "family", "variant")},
         "final_train_loss": train_summary["final_train_loss"],
         "train_seconds": train_summary["train_seconds"],
-        "analysis": str(eval_dir / "analysis.npz"),
+        "analysis": str((eval_dir / "analysis.npz").resolve()),  # for figures from any cwd
     }
     return row
 

@@ -70,20 +70,27 @@ def test_nan_tail_is_not_a_plateau():
     assert not equilibrium.plateau(margin).plateaued
 
 
-def test_diverged_run_stops_at_its_last_finite_margin():
+def test_diverged_run_stops_at_its_peak():
     # Fig4's eps = 0 runs: the margin climbs to ~82, then r = sqrt(v) flushes to zero
     # under a non-zero gradient and the parameters go to inf.
     margin = _climb(rate=30e-3)
+    margin[2790:2800] -= 1.0  # a dip before it breaks: the peak is before it
     margin[2800:] = np.nan
     verdict = equilibrium.plateau(margin)
     assert not verdict.plateaued and verdict.diverged
-    assert verdict.stop_step == 2799 and verdict.stop == pytest.approx(-3.0 + 30e-3 * 2799)
-    assert verdict.peak == pytest.approx(verdict.stop)
+    assert verdict.stop_step == 2789 and verdict.stop == pytest.approx(-3.0 + 30e-3 * 2789)
+    assert verdict.peak == verdict.stop
     rows = equilibrium.run_rows([({"config": CFG.to_dict() | {"eps": 0.0}}, _metrics(margin))])
     (group,) = equilibrium.group_rows(rows)
-    assert group["stop_how"] == "diverged" and group["diverged"] == 1.0
-    assert group["stop_margin"] == pytest.approx(80.97, abs=0.01) and group["stop_step"] == 2799
-    assert "diverges (inf/NaN) after 80.97 (step 2799)" in equilibrium.format_table([group])
+    assert group["stop_how"] == "peak" and group["diverged"] == 1.0
+    assert group["stop_margin"] == pytest.approx(80.67, abs=0.01) and group["stop_step"] == 2789
+    table = equilibrium.format_table([group])
+    assert "peaks at 80.67 (step 2789), then 100% diverge (inf/NaN)" in table
+
+
+def test_climbing_run_reports_its_peak():
+    verdict = equilibrium.plateau(_climb())
+    assert verdict.stop == verdict.peak == verdict.final and verdict.stop_step == N - 1
 
 
 def test_underflow_margin_matches_the_paper():
@@ -126,7 +133,8 @@ def test_group_rows():
     assert wd1["measured_std"] < 0.01
 
     wd0 = groups[(1e-8, 0.0)]
-    assert wd0["plateaued"] == 0.0 and wd0["measured_from"] == "final" and wd0["agrees"] is None
+    assert wd0["plateaued"] == 0.0 and wd0["measured_from"] == "peak" and wd0["agrees"] is None
+    assert wd0["measured_mean"] == pytest.approx(-3.0 + 5e-3 * (N - 1), abs=1e-4)
 
     zero = groups[(0.0, 1.0)]
     assert zero["predicted"] is None and zero["grows_to_underflow"] is True
@@ -157,7 +165,7 @@ def test_equilibrium_cli(fabricated_dir, capsys):
     out = capsys.readouterr().out
     assert "log(1/eps)" in out and "18.42" in out and "within 1" in out
     assert "grows until gradients underflow (~81.2); stops at 81.2" in out
-    assert "off by > 1" in out and "no plateau" in out
+    assert "undershoots by > 1" in out and "no plateau" in out
     rows = json.loads((fabricated_dir / "equilibrium.json").read_text())
     assert len(rows) == 4
     required = {"eps", "weight_decay", "predicted", "measured_mean", "measured_std", "n"}

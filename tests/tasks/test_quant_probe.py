@@ -3,7 +3,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from tasks import (
     QuantModelConfig,
@@ -17,8 +16,7 @@ from tasks import (
 )
 
 
-@pytest.fixture(scope="module")
-def setup():
+def _setup():
     corpus = build_corpus()
     cfg = QuantModelConfig(
         family="decoder", vocab_size=corpus.vocab_size, seq_len=12, n_layers=2, d_model=16,
@@ -39,7 +37,15 @@ def setup():
     return cfg, params, batch, names, run, fp
 
 
-def test_float_pass_matches_the_model(setup):
+def test_probe_on_a_tiny_gated_decoder():
+    """One test, one compile: the float pass, the attention statistics, the quantized pass."""
+    setup = _setup()
+    _check_float_pass(setup)
+    _check_attention_and_gate_statistics(setup)
+    _check_quantized_pass_uses_the_static_ranges(setup)
+
+
+def _check_float_pass(setup):
     cfg, params, batch, names, _, fp = setup
     logits = jax.jit(lambda p, b: quant_model_apply(p, b["tokens"], b["segments"], cfg))(
         params, batch
@@ -51,7 +57,7 @@ def test_float_pass_matches_the_model(setup):
     assert all(float(fp["min"][n]) <= float(fp["max"][n]) for n in names)
 
 
-def test_attention_and_gate_statistics(setup):
+def _check_attention_and_gate_statistics(setup):
     cfg, _, _, _, _, fp = setup
     t = cfg.seq_len
     np.testing.assert_array_equal(np.asarray(fp["attn_allowed"]), 4 * t * (t + 1) / 2)
@@ -66,7 +72,7 @@ def test_attention_and_gate_statistics(setup):
     assert float(np.asarray(fp["token_count"]).sum()) == 4 * t
 
 
-def test_quantized_pass_uses_the_static_ranges(setup):
+def _check_quantized_pass_uses_the_static_ranges(setup):
     _, _, _, names, run, fp = setup
     lo = {n: jnp.float32(fp["min"][n]) for n in names}
     hi = {n: jnp.float32(fp["max"][n]) for n in names}
