@@ -2,7 +2,8 @@
 
 Columns: a+b mod 113 (Nanda's transformer), a+b mod 31 (Varma's), a^2+b^2 mod 97 and
 a^3+b mod 97 (2-layer MLPs). Rows: exact training cross-entropy, mean training margin
-(c32 and c64 marked), test accuracy. One thin line per seed.
+(c32 and c64 marked), test accuracy. One thin line per seed. Quick mode trains fp32 only
+(the fp64 reference is the full recipe's; a CPU spends most of a quick build on fp64).
 
     python -m figures fig6 [--quick | --full]
 """
