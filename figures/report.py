@@ -26,6 +26,7 @@ import numpy as np
 
 import numerics
 from figures._common import Context, Run, select
+from figures.table1 import SHOW
 from grokbench.store import atomic_write_bytes
 
 __all__ = ["CLAIMS", "Row", "count", "evaluate", "format_counts", "markdown", "write"]
@@ -326,15 +327,13 @@ PAPER_TABLE1: dict[tuple[str, str], dict[float, tuple[float, float, float]]] = {
 }
 """The paper's Table 1 (test accuracy % mean, std over seeds; final margin)."""
 
-_LABEL = {"fp32/bf16": "bf16", "fp32": "fp32", "fp64": "fp64"}
-
 
 def _table1_rows(runs) -> list[Row]:
     rows = []
     for (precision, loss), cells in PAPER_TABLE1.items():
         for eps, (acc, acc_std, margin) in cells.items():
             group = select(runs["table1"], precision=precision, loss=loss, eps=eps)
-            name = f"{_LABEL[precision]} {loss}, eps {eps:g}"
+            name = f"{SHOW[precision]} {loss}, eps {eps:g}"
             if not group:
                 rows.append(Row(f"Table 1 {name}", "Table 1", "-", "-", "-", NOT_TESTED, "no runs"))
                 continue
@@ -555,7 +554,7 @@ def _quant_rows(runs) -> list[Row]:
             fgap = r["w8a8_perplexity"] / r["fp_perplexity"] - 1
             rows.append(
                 Row(
-                    f"{family}: {r['label']} quantizes to W8A8 within ~1% of FP",
+                    f"{family}: {r['label']} quantizes to W8A8 close to FP",
                     "Quantizable transformers, Table 2",
                     f"FP {fix[2]} -> W8A8 {fix[3]} ({100 * (fix[3] / fix[2] - 1):+.1f}%)",
                     f"FP {r['fp_perplexity']:.2f} -> W8A8 {r['w8a8_perplexity']:.2f} "

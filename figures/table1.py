@@ -36,7 +36,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 )
 """Table 1's rows in the paper's order: (precision, loss, label)."""
 
-_SHOW = {"fp32/bf16": "bf16", "fp32": "fp32", "fp64": "fp64"}
+SHOW = {"fp32/bf16": "bf16", "fp32": "fp32", "fp64": "fp64"}
+"""How Table 1 names a precision policy (bf16 = bf16 compute on fp32 parameters)."""
 
 
 def cells(runs) -> list[dict]:
@@ -52,7 +53,7 @@ def cells(runs) -> list[dict]:
             margin = np.array([r.summary["final_margin"] for r in group], float)
             out.append(
                 {
-                    "precision": _SHOW[precision],
+                    "precision": SHOW[precision],
                     "loss": loss,
                     "variant": label,
                     "eps": eps,
@@ -78,7 +79,7 @@ def markdown(rows: list[dict]) -> str:
     head += [f"test % eps {e:g}" for e in eps_values] + [f"margin eps {e:g}" for e in eps_values]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for precision, loss, label in ROWS:
-        show = _SHOW[precision]
+        show = SHOW[precision]
         mine = {r["eps"]: r for r in rows if r["precision"] == show and r["loss"] == loss}
         if not mine:
             continue
@@ -135,7 +136,7 @@ def draw_fig5(ctx: Context) -> list:
             equilibrium = numerics.equilibrium_margin(eps)
             marks = {f"cliff {cliff:.1f}": cliff, f"log(1/eps) {equilibrium:.1f}": equilibrium}
             mark_cliffs(ax, marks, axis="y")
-            ax.set_title(f"{_SHOW[precision]}, eps {eps:g}")
+            ax.set_title(f"{SHOW[precision]}, eps {eps:g}")
             ax.set_xlabel("step")
         row[0].set_ylabel("mean train margin m")
     axes[0, 0].legend(loc="upper left")
