@@ -175,10 +175,10 @@ def _fig2_top_full_rows(runs) -> list[Row]:
     std_spikes = [r.summary["spikes"] for r in std]
     cliff = numerics.precision_cliff(np.float32)
     before = [
-        s.margin_mean
+        s.margin_before
         for r in std
         for s in _spikes(r)
-        if s.margin_mean is not None and math.isfinite(s.margin_mean)
+        if s.margin_before is not None and math.isfinite(s.margin_before)
     ]
     rows = [
         Row(
