@@ -51,21 +51,26 @@ def fake_engine(monkeypatch):
     return calls
 
 
+def _build(tmp_path, names, overrides=TINY, out=None):
+    """`build.build` as the tests run it: the store under tmp_path, quiet, no report."""
+    return build.build(
+        names,
+        out=tmp_path if out is None else out,
+        store=Store(tmp_path / "store"),
+        overrides=overrides,
+        progress=False,
+        report=False,
+        log=lambda *a, **k: None,
+    )
+
+
 def _images(written):
     return [p for paths in written.values() for p in paths if p.suffix in (".png", ".pdf")]
 
 
 @pytest.mark.parametrize("name", ["fig2", "fig5", "table1", "fig6"])
 def test_each_run_figure_writes_non_empty_files(tmp_path, fake_engine, name):
-    written = build.build(
-        [name],
-        out=tmp_path / "out",
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
-        log=lambda *a, **k: None,
-    )
+    written = _build(tmp_path, [name], out=tmp_path / "out")
     files = written[name]
     assert files and all(p.is_file() and p.stat().st_size > 1000 for p in files)
     assert {p.name.split(".")[0].split("_")[0] for p in files} == {name}
@@ -73,44 +78,21 @@ def test_each_run_figure_writes_non_empty_files(tmp_path, fake_engine, name):
 
 @pytest.mark.parametrize("name", ["fig1a", "fig1b", "fig3"])
 def test_each_analytic_figure_writes_non_empty_images(tmp_path, name):
-    written = build.build(
-        [name],
-        out=tmp_path,
-        store=Store(tmp_path / "store"),
-        progress=False,
-        report=False,
-        log=lambda *a, **k: None,
-    )
+    written = _build(tmp_path, [name], overrides={})
     assert [p.name for p in written[name]] == [f"{name}.png", f"{name}.pdf"]
     assert all(p.stat().st_size > 1000 for p in written[name])
 
 
 def test_second_build_trains_nothing(tmp_path, fake_engine):
-    kwargs = dict(
-        out=tmp_path / "out",
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
-        log=lambda *a, **k: None,
-    )
-    build.build(["fig2"], **kwargs)
+    _build(tmp_path, ["fig2"], out=tmp_path / "out")
     trained = len(fake_engine)
     assert trained > 0
-    build.build(["fig2"], **kwargs)
+    _build(tmp_path, ["fig2"], out=tmp_path / "out")
     assert len(fake_engine) == trained
 
 
 def test_table1_markdown_and_csv(tmp_path, fake_engine):
-    build.build(
-        ["table1"],
-        out=tmp_path,
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
-        log=lambda *a, **k: None,
-    )
+    _build(tmp_path, ["table1"])
     md = (tmp_path / "table1.md").read_text()
     assert "| bf16 | Standard CE |" in md and "StableMax" in md
     import pandas as pd
@@ -123,15 +105,7 @@ def test_table1_markdown_and_csv(tmp_path, fake_engine):
 def test_real_engine_end_to_end(tmp_path):
     """fig2 through the real engine (both recipes shrunk), as `grokbench figures` runs it."""
     overrides = {**TINY, "d_model": (8,), "n_heads": (2,), "mlp_width": (16,), "seeds": (1,)}
-    written = build.build(
-        ["fig2"],
-        out=tmp_path,
-        store=Store(tmp_path / "store"),
-        overrides=overrides,
-        progress=False,
-        report=False,
-        log=lambda *a, **k: None,
-    )
+    written = _build(tmp_path, ["fig2"], overrides=overrides)
     assert all(p.stat().st_size > 1000 for p in written["fig2"])
     assert len(list((tmp_path / "store" / "runs").iterdir())) == 4  # 2 recipes x 2 losses
 
@@ -199,15 +173,7 @@ def test_analytic_claims_hold():
 
 
 def test_fig4_from_fake_runs(tmp_path, fake_engine):
-    written = build.build(
-        ["fig4"],
-        out=tmp_path,
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
-        log=lambda *a, **k: None,
-    )
+    written = _build(tmp_path, ["fig4"])
     assert all(p.stat().st_size > 1000 for p in written["fig4"])
 
 
