@@ -39,7 +39,6 @@ Per-step metrics (float64; step t uses the parameters after t updates):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import time
@@ -49,17 +48,16 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import tqdm
 
 import numerics
 from grokbench import engine, slingshot
 from grokbench.config import RunConfig, group_key
-from grokbench.engine import _NEUTRAL, _Data, _direction_tx, _Hyper  # one optimizer rule
-from grokbench.optimizers import add_decayed_weights, scale_by_learning_rate
+from grokbench.engine import Data, direction_tx, load_data, shard_runs, stack_hyper, static_config
+from grokbench.optimizers import Hyper, apply
 from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
-from tasks import DISTILL_LOSSES, build_model, kl_divergence, modular_split
+from tasks import DISTILL_LOSSES, build_model, kl_divergence
 
 __all__ = [
     "DISTILL_METRICS",
@@ -148,20 +146,20 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     def forward(params: Any, x: jax.Array) -> jax.Array:
         return model.apply(policy.cast_to_compute(params), x)
 
-    def init_one(teacher: Any, h: _Hyper, data: _Data) -> tuple[_State, Any]:
+    def init_one(teacher: Any, h: Hyper, data: Data) -> tuple[_State, Any]:
         params = policy.cast_to_param(teacher)  # the student *is* the teacher, in its dtype
         k = cfg.model_config().num_classes
         dt = policy.compute_dtype
         state = _State(
             params,
-            _direction_tx(cfg, h).init(params),
+            direction_tx(cfg, h).init(params),
             jnp.zeros((data.y_train.shape[0], k), dt),
             jnp.zeros((data.y_test.shape[0], k), dt),
             jnp.asarray(False),
         )
         return state, params
 
-    def train_step(state: _State, anchor: Any, h: _Hyper, data: _Data) -> tuple[_State, dict]:
+    def train_step(state: _State, anchor: Any, h: Hyper, data: Data) -> tuple[_State, dict]:
         params = state.params
         logits, pullback = jax.vjp(lambda p: forward(p, data.x_train), params)
         test_logits = forward(params, data.x_test)
@@ -173,13 +171,14 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
             lambda z: jnp.mean(objective(z, targets, temperature=temperature))
         )(logits)
         (grads,) = pullback(dlogits)
-        # The engine's optimizer chain, unrolled the same way: direction -> + wd * params -> * -lr.
-        direction, opt_state = _direction_tx(cfg, h).update(grads, state.opt_state)
-        decayed, _ = add_decayed_weights(h.weight_decay).update(
-            direction, optax.EmptyState(), params
+        new_params, direction, opt_state = apply(
+            direction_tx(cfg, h),
+            grads,
+            state.opt_state,
+            params,
+            learning_rate=h.lr,
+            weight_decay=h.weight_decay,
         )
-        updates, _ = scale_by_learning_rate(h.lr).update(decayed, optax.EmptyState())
-        new_params = optax.apply_updates(params, updates)
         # The mean's 1/N and the tempering's 1/T undone: one example's q - p.
         scale = jnp.asarray(logits.shape[0] * temperature, jnp.float64)
         distance = jax.tree.map(
@@ -202,7 +201,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
         return new_state, metrics
 
     def chunk_one(
-        state: _State, anchor: Any, h: _Hyper, data: _Data, n_steps: int
+        state: _State, anchor: Any, h: Hyper, data: Data, n_steps: int
     ) -> tuple[_State, dict]:
         return jax.lax.scan(
             lambda s, _: train_step(s, anchor, h, data), state, None, length=n_steps
@@ -218,16 +217,6 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     init = jax.jit(jax.vmap(init_one, in_axes=(0, 0, None)))
     chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, 0, 0, None, None)), static_argnums=4)
     return init, chunk
-
-
-def _shard(trees: tuple, n_runs: int) -> tuple:
-    """Split the run axis over the local devices when it divides evenly (as the engine does)."""
-    devices = jax.local_devices()
-    if len(devices) < 2 or n_runs % len(devices):
-        return trees
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-    runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-    return jax.device_put(trees, runs)
 
 
 def train(
@@ -249,11 +238,10 @@ def train(
     start = time.perf_counter()
     # x64 on for every precision: the metrics are float64; the student keeps its own dtypes.
     with jax.enable_x64(True):
-        data = _Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
-        hyper = _Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields))
+        data = load_data(cfg)
         stacked = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *teachers)
-        stacked, hyper = _shard((stacked, hyper), len(configs))
-        init, run_chunk = _compiled(dataclasses.replace(cfg, **_NEUTRAL), fast)
+        (stacked, hyper), _ = shard_runs((stacked, stack_hyper(configs)))
+        init, run_chunk = _compiled(static_config(cfg), fast)
         state, anchor = init(stacked, hyper, data)
         chunks, pending = [], None
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)

@@ -30,21 +30,22 @@ import tqdm
 import numerics
 from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_key
-from grokbench.optimizers import (
-    add_decayed_weights,
-    scale_by_adam,
-    scale_by_laprop,
-    scale_by_learning_rate,
-)
+from grokbench.optimizers import Hyper, apply, scale_by_direction
 from grokbench.precision import Precision, get_precision, precision_scope
 from tasks import build_model, modular_split
 
 __all__ = [
     "LOSS_FUNCTIONS",
+    "Data",
     "Prepared",
     "RunOutput",
     "chunk_evals",
+    "direction_tx",
+    "load_data",
     "prepare",
+    "shard_runs",
+    "stack_hyper",
+    "static_config",
     "step_flops",
     "train",
 ]
@@ -68,21 +69,33 @@ class RunOutput:
     params: dict[str, np.ndarray] | None = None  # final parameters (a distillation teacher's)
 
 
-class _Hyper(NamedTuple):
-    """Per-run hyperparameters: arrays of shape (R,) outside vmap, scalars inside."""
+class Data(NamedTuple):
+    """A run's split of its modular task (`tasks.modular_split`), as device arrays."""
 
-    lr: jax.Array
-    b1: jax.Array
-    b2: jax.Array
-    eps: jax.Array
-    weight_decay: jax.Array
-
-
-class _Data(NamedTuple):
     x_train: jax.Array
     y_train: jax.Array
     x_test: jax.Array
     y_test: jax.Array
+
+
+def load_data(cfg: RunConfig) -> Data:
+    """The training and test split of `cfg`'s task (in the current precision scope)."""
+    return Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+
+
+def stack_hyper(configs: Sequence[RunConfig]) -> Hyper:
+    """The runs' optimizer numbers as (R,) arrays in JAX's default float (float64 only inside
+    an fp64 or x64 scope); each optimizer rounds them to the parameter dtype where it uses them."""
+    return Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in Hyper._fields))
+
+
+# Stand-ins for the vmapped fields, which reach the program as arrays, never as constants.
+_NEUTRAL = {"seed": 0, "lr": 1.0, "b1": 0.0, "b2": 0.0, "eps": 0.0, "weight_decay": 0.0}
+
+
+def static_config(cfg: RunConfig) -> RunConfig:
+    """`cfg` with its `VMAPPED` fields neutral: the key of a batch's compiled program."""
+    return dataclasses.replace(cfg, **_NEUTRAL)
 
 
 def chunk_evals(n_evals: int, chunk_steps: int, eval_every: int) -> int:
@@ -91,10 +104,9 @@ def chunk_evals(n_evals: int, chunk_steps: int, eval_every: int) -> int:
     return max(d for d in range(1, min(n_evals, target) + 1) if n_evals % d == 0)
 
 
-def _direction_tx(cfg: RunConfig, h: _Hyper) -> optax.GradientTransformation:
-    if cfg.optimizer == "laprop":
-        return scale_by_laprop(h.b1, h.b2, h.eps, track_sqrt_v=cfg.track_sqrt_v)
-    return scale_by_adam(h.b1, h.b2, h.eps)  # adam: weight_decay is 0 (RunConfig checks)
+def direction_tx(cfg: RunConfig, h: Hyper) -> optax.GradientTransformation:
+    """The optimizer direction of `cfg` with the numbers `h` (adam's weight_decay is 0)."""
+    return scale_by_direction(cfg.optimizer, h.b1, h.b2, h.eps, cfg.track_sqrt_v)
 
 
 def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable, Callable]:
@@ -104,28 +116,29 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     objective = LOSS_FUNCTIONS[cfg.loss]
     cliff = numerics.precision_cliff(policy.compute_dtype)
 
-    def init_one(seed: jax.Array, h: _Hyper) -> tuple[Any, Any]:
+    def init_one(seed: jax.Array, h: Hyper) -> tuple[Any, Any]:
         params = model.init(jax.random.key(seed), policy.param_dtype)
-        return params, _direction_tx(cfg, h).init(params)
+        return params, direction_tx(cfg, h).init(params)
 
     def forward(params: Any, x: jax.Array) -> jax.Array:
         return model.apply(policy.cast_to_compute(params), x)
 
-    def train_step(state: tuple, h: _Hyper, data: _Data) -> tuple[tuple, dict]:
+    def train_step(state: tuple, h: Hyper, data: Data) -> tuple[tuple, dict]:
         params, opt_state = state
         # One forward pass gives both the logits (for the metrics) and, through the pullback,
         # the parameter gradient; the logit gradient falls out on the way.
         logits, pullback = jax.vjp(lambda p: forward(p, data.x_train), params)
         loss, dlogits = jax.value_and_grad(lambda z: jnp.mean(objective(z, data.y_train)))(logits)
         (grads,) = pullback(dlogits)
-        # AdamW/LaProp as the chain direction -> + wd * params -> * -lr (grokbench.optimizers),
-        # unrolled here so the direction itself is observable (the `adam_step` metric).
-        direction, opt_state = _direction_tx(cfg, h).update(grads, opt_state)
-        decayed, _ = add_decayed_weights(h.weight_decay).update(
-            direction, optax.EmptyState(), params
+        # The direction itself is observable: the `adam_step` metric.
+        new_params, direction, opt_state = apply(
+            direction_tx(cfg, h),
+            grads,
+            opt_state,
+            params,
+            learning_rate=h.lr,
+            weight_decay=h.weight_decay,
         )
-        updates, _ = scale_by_learning_rate(h.lr).update(decayed, optax.EmptyState())
-        new_params = optax.apply_updates(params, updates)
         step = metrics_lib.step_metrics(
             logits_NxK=logits,
             dlogits_NxK=dlogits,
@@ -137,12 +150,12 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
         )
         return (new_params, opt_state), step
 
-    def evaluate(params: Any, data: _Data) -> dict:
+    def evaluate(params: Any, data: Data) -> dict:
         logits = forward(params, data.x_test)
         loss = jnp.mean(objective(logits, data.y_test))
         return metrics_lib.eval_metrics(logits, loss, data.y_test)
 
-    def chunk_one(state: tuple, h: _Hyper, data: _Data, n_blocks: int) -> tuple[tuple, tuple]:
+    def chunk_one(state: tuple, h: Hyper, data: Data, n_blocks: int) -> tuple[tuple, tuple]:
         def block(state: tuple, _: None) -> tuple[tuple, tuple]:
             state, steps = jax.lax.scan(
                 lambda s, _: train_step(s, h, data), state, None, length=cfg.eval_every
@@ -168,8 +181,8 @@ class Prepared(NamedTuple):
     """A batch ready to run: initial state, per-run hyperparameters, data, the jitted chunk."""
 
     state: tuple
-    hyper: _Hyper
-    data: _Data
+    hyper: Hyper
+    data: Data
     run_chunk: Callable  # jitted: (state, hyper, data, n_blocks) -> (state, (steps, tests))
     n_blocks: int  # evaluation blocks per chunk (static argument of run_chunk)
     n_chunks: int
@@ -184,16 +197,14 @@ def prepare(
     n_runs = len(configs)
     n_evals = cfg.steps // cfg.eval_every
     n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
-    data = _Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+    data = load_data(cfg)
     if shard:
         configs = _pad(configs, jax.local_device_count())
-    # Hyperparameters in JAX's default float (float64 only inside an fp64 scope); each
-    # optimizer rounds them to the parameter dtype where it uses them.
-    hyper = _Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields))
+    hyper = stack_hyper(configs)
     seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
     if shard:
-        seeds, hyper, data = _place(seeds, hyper, data)
-    init, run_chunk = _compiled(dataclasses.replace(cfg, **_NEUTRAL), fast)
+        (seeds, hyper), data = shard_runs((seeds, hyper), data)
+    init, run_chunk = _compiled(static_config(cfg), fast)
     state = init(seeds, hyper)
     return Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
 
@@ -210,8 +221,9 @@ def _pad(configs: Sequence[RunConfig], n_devices: int) -> list[RunConfig]:
     return configs + [configs[-1]] * (-len(configs) % n_devices)
 
 
-def _place(seeds: jax.Array, hyper: _Hyper, data: _Data) -> tuple[jax.Array, _Hyper, _Data]:
-    """Shard the run axis over all local devices when it divides evenly; data is replicated.
+def shard_runs(runs: Any, shared: Any = None) -> tuple[Any, Any]:
+    """Shard the leading (run) axis of `runs` over all local devices when it divides evenly;
+    `shared` (the data) is then replicated. Otherwise both come back as they are.
 
     `prepare` pads the batch (`_pad`) so it divides whenever it has more than one run.
 
@@ -220,20 +232,12 @@ def _place(seeds: jax.Array, hyper: _Hyper, data: _Data) -> tuple[jax.Array, _Hy
     the cores of a single device mostly idle. jit propagates the sharding through the scan.
     """
     devices = jax.local_devices()
-    if len(devices) < 2 or seeds.shape[0] % len(devices):
-        return seeds, hyper, data
+    if len(devices) < 2 or jax.tree.leaves(runs)[0].shape[0] % len(devices):
+        return runs, shared
     mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-    runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    on_runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return (
-        jax.device_put(seeds, runs),
-        jax.device_put(hyper, runs),
-        jax.device_put(data, replicated),
-    )
-
-
-# Stand-ins for the vmapped fields, which reach the program as arrays, never as constants.
-_NEUTRAL = {"seed": 0, "lr": 1.0, "b1": 0.0, "b2": 0.0, "eps": 0.0, "weight_decay": 0.0}
+    return jax.device_put(runs, on_runs), jax.device_put(shared, replicated)
 
 
 @functools.lru_cache(maxsize=64)
