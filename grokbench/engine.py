@@ -40,6 +40,7 @@ __all__ = [
     "Prepared",
     "RunOutput",
     "chunk_evals",
+    "clear_compiled",
     "direction_tx",
     "load_data",
     "prepare",
@@ -246,6 +247,11 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     init_one, _, chunk_one = _build(static, get_precision(static.precision), fast)
     chunk = jax.vmap(chunk_one, in_axes=(0, 0, None, None))
     return jax.jit(jax.vmap(init_one)), jax.jit(chunk, static_argnums=3)
+
+
+def clear_compiled() -> None:
+    """Forget the compiled programs, so the next batch compiles from scratch (for timings)."""
+    _compiled.cache_clear()
 
 
 def step_flops(configs: Sequence[RunConfig], fast: bool = True) -> float:
