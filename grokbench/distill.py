@@ -52,11 +52,13 @@ import tqdm
 
 import numerics
 from grokbench import engine, slingshot
+from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_key
 from grokbench.engine import Data, direction_tx, load_data, shard_runs, stack_hyper, static_config
 from grokbench.optimizers import Hyper, apply
 from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
+from grokbench.tables import align, finite_or_none, fmt, run_keys
 from tasks import DISTILL_LOSSES, build_model, kl_divergence
 
 __all__ = [
@@ -127,15 +129,6 @@ class _State(NamedTuple):
     captured: jax.Array  # bool
 
 
-def _sum_squares(tree: Any) -> jax.Array:
-    return sum(jnp.sum(jnp.square(x.astype(jnp.float64))) for x in jax.tree.leaves(tree))
-
-
-def _accuracy(logits_NxK: jax.Array, labels_N: jax.Array) -> jax.Array:
-    predicted_N = jnp.argmax(logits_NxK, axis=-1).astype(labels_N.dtype)
-    return jnp.mean((predicted_N == labels_N).astype(jnp.float64))
-
-
 def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable]:
     """Per-run functions: init_one(teacher, h, data) -> (state, anchor) and
     chunk_one(state, anchor, h, data, n_steps) -> (state, per-step metrics)."""
@@ -184,17 +177,20 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
         distance = jax.tree.map(
             lambda a, b: a.astype(jnp.float64) - b.astype(jnp.float64), params, anchor
         )
-        n_params = sum(x.size for x in jax.tree.leaves(params))
+        sq_distance, _ = metrics_lib.sum_squares(distance, jnp.float64)
+        sq_direction, n_params = metrics_lib.sum_squares(direction, jnp.float64)
         z64 = logits.astype(jnp.float64)  # widening is exact
         metrics = {
             "train_loss": loss.astype(jnp.float64),
             "kl": jnp.mean(kl_divergence(targets, logits, temperature)),
             "logit_grad_max": jnp.max(jnp.abs(dlogits.astype(jnp.float64))) * scale,
-            "param_distance": jnp.sqrt(_sum_squares(distance)),
-            "adam_step": jnp.sqrt(_sum_squares(direction) / n_params),
-            "train_acc": _accuracy(z64, data.y_train),
+            "param_distance": jnp.sqrt(sq_distance),
+            "adam_step": jnp.sqrt(sq_direction / n_params),
+            "train_acc": metrics_lib.accuracy(z64, data.y_train, jnp.float64),
             "margin_mean": jnp.mean(numerics.logit_margin(z64, data.y_train)),
-            "test_acc": _accuracy(test_logits.astype(jnp.float64), data.y_test),
+            "test_acc": metrics_lib.accuracy(
+                test_logits.astype(jnp.float64), data.y_test, jnp.float64
+            ),
             "test_kl": jnp.mean(kl_divergence(test_targets, test_logits, temperature)),
         }
         new_state = _State(new_params, opt_state, targets, test_targets, jnp.asarray(True))
@@ -266,12 +262,6 @@ def train(
     return outputs
 
 
-def _num(x: Any) -> float | None:
-    """A JSON-safe float: NaN/inf become None."""
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float) -> dict:
     """A distillation run's `summary.json`: the usual keys plus the KL and drift numbers.
 
@@ -283,23 +273,23 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
     kl, dist, test_acc = metrics["kl"], metrics["param_distance"], metrics["test_acc"]
     return {
         "config": cfg.to_dict(),
-        "test_accuracy": _num(test_acc[-1]),
-        "train_accuracy": _num(metrics["train_acc"][-1]),
-        "final_margin": _num(metrics["margin_mean"][-1]),
+        "test_accuracy": finite_or_none(test_acc[-1]),
+        "train_accuracy": finite_or_none(metrics["train_acc"][-1]),
+        "final_margin": finite_or_none(metrics["margin_mean"][-1]),
         "max_train_loss_after_memorization": None,
         "spikes": None,
         "steps": int(cfg.steps),
         "seconds": float(seconds),
-        "kl_final": _num(kl[-1]),
-        "kl_max": _num(np.max(kl)),
-        "max_param_distance": _num(np.max(dist)),
-        "residual_gradient": _num(metrics["logit_grad_max"][0]),
+        "kl_final": finite_or_none(kl[-1]),
+        "kl_max": finite_or_none(np.max(kl)),
+        "max_param_distance": finite_or_none(np.max(dist)),
+        "residual_gradient": finite_or_none(metrics["logit_grad_max"][0]),
         # Extras for analysis; the fields above are the CLI contract.
-        "final_param_distance": _num(dist[-1]),
-        "final_test_kl": _num(metrics["test_kl"][-1]),
-        "min_test_accuracy": _num(np.min(test_acc)),
-        "teacher_test_accuracy": _num(test_acc[0]),
-        "adam_step_initial": _num(metrics["adam_step"][0]),
+        "final_param_distance": finite_or_none(dist[-1]),
+        "final_test_kl": finite_or_none(metrics["test_kl"][-1]),
+        "min_test_accuracy": finite_or_none(np.min(test_acc)),
+        "teacher_test_accuracy": finite_or_none(test_acc[0]),
+        "adam_step_initial": finite_or_none(metrics["adam_step"][0]),
         "summary_version": SUMMARY_VERSION,
     }
 
@@ -361,29 +351,21 @@ def run_students(
     return summaries
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def format_table(summaries: Sequence[dict]) -> str:
     """One line per distillation run: the keys that vary, then residual, KL, drift, accuracy."""
-    configs = [s["config"] for s in summaries]
-    varying = [k for k in configs[0] if len({repr(c.get(k)) for c in configs}) > 1]
-    keys = [k for k in varying if k != "seed"] + ["seed"]
+    keys = run_keys([s["config"] for s in summaries])
     header = [*keys, "residual", "kl_final", "kl_max", "max_dist", "test_acc", "min_acc", "sec"]
     rows = [
         [
             *(str(s["config"][k]) for k in keys),
-            _fmt(s["residual_gradient"], ".2e"),
-            _fmt(s["kl_final"], ".2e"),
-            _fmt(s["kl_max"], ".2e"),
-            _fmt(s["max_param_distance"], ".2e"),
-            _fmt(s["test_accuracy"], ".4f"),
-            _fmt(s["min_test_accuracy"], ".4f"),
-            _fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
+            fmt(s["residual_gradient"], ".2e"),
+            fmt(s["kl_final"], ".2e"),
+            fmt(s["kl_max"], ".2e"),
+            fmt(s["max_param_distance"], ".2e"),
+            fmt(s["test_accuracy"], ".4f"),
+            fmt(s["min_test_accuracy"], ".4f"),
+            fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
         ]
         for s in summaries
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
-    return "\n".join(lines)
+    return align([header, *rows])

@@ -16,6 +16,7 @@ import tqdm
 from grokbench import distill, executors, slingshot
 from grokbench.config import RunConfig, group_key
 from grokbench.store import Store, atomic_write_json, load_metrics
+from grokbench.tables import align, fmt, run_keys
 
 __all__ = ["format_table", "group_runs", "plan_units", "run_configs", "write_out"]
 
@@ -117,30 +118,22 @@ def write_out(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathlib
     return path
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def format_table(summaries: Sequence[dict]) -> str:
     """One line per run: the keys that vary across runs, then the headline numbers."""
     if summaries and all("kl_final" in s for s in summaries):
         return distill.format_table(summaries)  # distillation runs: residual, KL and drift
-    configs = [s["config"] for s in summaries]
-    varying = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1] if configs else []
-    keys = [k for k in varying if k != "seed"] + ["seed"]
+    keys = run_keys([s["config"] for s in summaries])
     header = [*keys, "test_acc", "train_acc", "margin", "max_loss_mem", "spikes", "sec"]
     rows = [
         [
             *(str(s["config"][k]) for k in keys),
-            _fmt(s["test_accuracy"], ".4f"),
-            _fmt(s["train_accuracy"], ".4f"),
-            _fmt(s["final_margin"], ".2f"),
-            _fmt(s["max_train_loss_after_memorization"], ".2e"),
+            fmt(s["test_accuracy"], ".4f"),
+            fmt(s["train_accuracy"], ".4f"),
+            fmt(s["final_margin"], ".2f"),
+            fmt(s["max_train_loss_after_memorization"], ".2e"),
             str(s["spikes"]),
-            _fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
+            fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
         ]
         for s in summaries
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
-    return "\n".join(lines)
+    return align([header, *rows])

@@ -23,6 +23,7 @@ from grokbench.config import ConfigError
 from grokbench.quant_eval import BIT_CONFIGS, evaluate, parse_bits
 from grokbench.quant_train import train
 from grokbench.store import atomic_write_bytes, atomic_write_json, default_root
+from grokbench.tables import fmt
 from numerics import clipped_softmax_gamma
 from tasks import QuantModelConfig, build_corpus
 
@@ -407,11 +408,8 @@ def run_quant(
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    if abs(x) >= 1000:
-        return f"{x:.0f}"
-    return f"{x:.{digits}f}"
+    """`digits` decimals, none from 1000 up ('-' when missing or not finite)."""
+    return fmt(x, ".0f" if x is not None and abs(x) >= 1000 else f".{digits}f")
 
 
 def _pm(row: dict, col: str) -> str:
