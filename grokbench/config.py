@@ -37,6 +37,7 @@ __all__ = [
     "config_hash",
     "field_types",
     "group_key",
+    "group_runs",
     "identity",
     "parse_overrides",
     "parse_value",
@@ -322,3 +323,11 @@ def config_hash(cfg: RunConfig) -> str:
 def group_key(cfg: RunConfig) -> tuple:
     """Everything but the `VMAPPED` fields: runs with equal keys share one batched program."""
     return tuple((k, v) for k, v in sorted(cfg.to_dict().items()) if k not in VMAPPED)
+
+
+def group_runs(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
+    """Split configs into shape groups (equal `group_key`), keeping first-seen order."""
+    groups: dict[tuple, list[RunConfig]] = {}
+    for cfg in configs:
+        groups.setdefault(group_key(cfg), []).append(cfg)
+    return list(groups.values())

@@ -53,13 +53,23 @@ import tqdm
 import numerics
 from grokbench import engine, slingshot
 from grokbench import metrics as metrics_lib
-from grokbench.config import RunConfig, group_key
-from grokbench.engine import Data, direction_tx, load_data, shard_runs, stack_hyper, static_config
+from grokbench.config import RunConfig, group_runs
+from grokbench.engine import (
+    Data,
+    build_forward,
+    check_batch,
+    direction_tx,
+    load_data,
+    shard_runs,
+    stack_hyper,
+    static_config,
+    stream_chunks,
+)
 from grokbench.optimizers import Hyper, apply
 from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
 from grokbench.tables import align, finite_or_none, fmt, run_keys
-from tasks import DISTILL_LOSSES, build_model, kl_divergence
+from tasks import DISTILL_LOSSES, kl_divergence
 
 __all__ = [
     "DISTILL_METRICS",
@@ -132,12 +142,9 @@ class _State(NamedTuple):
 def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable]:
     """Per-run functions: init_one(teacher, h, data) -> (state, anchor) and
     chunk_one(state, anchor, h, data, n_steps) -> (state, per-step metrics)."""
-    model = build_model(cfg.model_config(), fast=fast)
+    _, forward = build_forward(cfg, policy, fast)
     objective = DISTILL_LOSSES[cfg.loss]
     temperature = cfg.temperature
-
-    def forward(params: Any, x: jax.Array) -> jax.Array:
-        return model.apply(policy.cast_to_compute(params), x)
 
     def init_one(teacher: Any, h: Hyper, data: Data) -> tuple[_State, Any]:
         params = policy.cast_to_param(teacher)  # the student *is* the teacher, in its dtype
@@ -225,11 +232,11 @@ def train(
     desc: str | None = None,
 ) -> list[engine.RunOutput]:
     """Distil `configs` (one shape group), each from its teacher's parameters, as one batch."""
-    if not configs or len(configs) != len(teachers):
-        raise ValueError("train needs one teacher per config, and at least one config")
-    cfg = configs[0]
-    if not cfg.teacher_steps or len({group_key(c) for c in configs}) != 1:
-        raise ValueError("configs must be distillation runs that differ only in VMAPPED fields")
+    cfg = check_batch(configs)
+    if len(configs) != len(teachers):
+        raise ValueError("train needs one teacher per config")
+    if not cfg.teacher_steps:
+        raise ValueError("configs must be distillation runs (teacher_steps > 0)")
     n_steps = engine.chunk_evals(cfg.steps, chunk_steps, 1)
     start = time.perf_counter()
     # x64 on for every precision: the metrics are float64; the student keeps its own dtypes.
@@ -239,17 +246,14 @@ def train(
         (stacked, hyper), _ = shard_runs((stacked, stack_hyper(configs)))
         init, run_chunk = _compiled(static_config(cfg), fast)
         state, anchor = init(stacked, hyper, data)
-        chunks, pending = [], None
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
         with bar:
-            for _ in range(cfg.steps // n_steps):
-                state, out = run_chunk(state, anchor, hyper, data, n_steps)
-                if pending is not None:  # fetch the previous chunk while this one runs
-                    chunks.append(jax.device_get(pending))
-                    bar.update(n_steps)
-                pending = out
-            chunks.append(jax.device_get(pending))
-            bar.update(n_steps)
+            state, chunks = stream_chunks(
+                lambda s: run_chunk(s, anchor, hyper, data, n_steps),
+                state,
+                cfg.steps // n_steps,
+                lambda: bar.update(n_steps),
+            )
         final = jax.device_get(state.params)
     seconds = time.perf_counter() - start
     outputs = []
@@ -306,10 +310,7 @@ def train_teachers(
     trained by the engine (the `grokbench run` path) and stored with them."""
     unique = list(dict.fromkeys(configs))
     missing = [cfg for cfg in unique if store.load_params(cfg) is None]
-    groups: dict[tuple, list[RunConfig]] = {}
-    for cfg in missing:
-        groups.setdefault(group_key(cfg), []).append(cfg)
-    for group in groups.values():
+    for group in group_runs(missing):
         desc = f"teacher {group[0].task} mod {group[0].p} x{len(group)}"
         for out in engine.train(
             group, chunk_steps=chunk_steps, progress=progress, fast=fast, desc=desc
@@ -336,11 +337,9 @@ def run_students(
         return {}
     kw = {"progress": progress, "chunk_steps": chunk_steps, "fast": fast}
     teachers = train_teachers([teacher_config(c) for c in configs], store, **kw)
-    groups: dict[tuple, list[RunConfig]] = {}
-    for cfg in dict.fromkeys(configs):
-        groups.setdefault(group_key(cfg), []).append(cfg)
+    groups = group_runs(list(dict.fromkeys(configs)))
     summaries = {}
-    for i, group in enumerate(groups.values()):
+    for i, group in enumerate(groups):
         first = group[0]
         desc = f"[{i + 1}/{len(groups)}] distil {first.precision} {first.loss} x{len(group)}"
         outputs = train(group, [teachers[teacher_config(c)] for c in group], desc=desc, **kw)

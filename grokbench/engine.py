@@ -39,6 +39,8 @@ __all__ = [
     "Data",
     "Prepared",
     "RunOutput",
+    "build_forward",
+    "check_batch",
     "chunk_evals",
     "clear_compiled",
     "direction_tx",
@@ -48,6 +50,7 @@ __all__ = [
     "stack_hyper",
     "static_config",
     "step_flops",
+    "stream_chunks",
     "train",
 ]
 
@@ -110,19 +113,27 @@ def direction_tx(cfg: RunConfig, h: Hyper) -> optax.GradientTransformation:
     return scale_by_direction(cfg.optimizer, h.b1, h.b2, h.eps, cfg.track_sqrt_v)
 
 
+def build_forward(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Any, Callable]:
+    """(model, forward): `cfg`'s model, and forward(params, x) -> logits in `policy`'s
+    compute dtype (parameters cast from their storage dtype first)."""
+    model = build_model(cfg.model_config(), fast=fast)
+
+    def forward(params: Any, x: jax.Array) -> jax.Array:
+        return model.apply(policy.cast_to_compute(params), x)
+
+    return model, forward
+
+
 def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable, Callable]:
     """Per-run functions: init_one(seed, h) -> state; train_step(state, h, data) -> state,
     metrics; chunk_one(state, h, data, n_blocks) -> state, (step metrics, test metrics)."""
-    model = build_model(cfg.model_config(), fast=fast)
+    model, forward = build_forward(cfg, policy, fast)
     objective = LOSS_FUNCTIONS[cfg.loss]
     cliff = numerics.precision_cliff(policy.compute_dtype)
 
     def init_one(seed: jax.Array, h: Hyper) -> tuple[Any, Any]:
         params = model.init(jax.random.key(seed), policy.param_dtype)
         return params, direction_tx(cfg, h).init(params)
-
-    def forward(params: Any, x: jax.Array) -> jax.Array:
-        return model.apply(policy.cast_to_compute(params), x)
 
     def train_step(state: tuple, h: Hyper, data: Data) -> tuple[tuple, dict]:
         params, opt_state = state
@@ -168,7 +179,8 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     return init_one, train_step, chunk_one
 
 
-def _check_batch(configs: Sequence[RunConfig]) -> RunConfig:
+def check_batch(configs: Sequence[RunConfig]) -> RunConfig:
+    """The first of `configs`, which must be non-empty and share one `group_key`."""
     if not configs:
         raise ValueError("train needs at least one config")
     first = configs[0]
@@ -194,7 +206,7 @@ def prepare(
     configs: Sequence[RunConfig], chunk_steps: int = 1000, fast: bool = True, shard: bool = True
 ) -> Prepared:
     """Build and initialize a batch; call inside `precision_scope(configs[0].precision)`."""
-    cfg = _check_batch(configs)
+    cfg = check_batch(configs)
     n_runs = len(configs)
     n_evals = cfg.steps // cfg.eval_every
     n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
@@ -256,7 +268,7 @@ def clear_compiled() -> None:
 
 def step_flops(configs: Sequence[RunConfig], fast: bool = True) -> float:
     """XLA's FLOP estimate for one training step of the whole batch (metrics included)."""
-    cfg = _check_batch(configs)
+    cfg = check_batch(configs)
     with precision_scope(cfg.precision):
         batch = prepare(configs, fast=fast, shard=False)  # a sharded program counts per device
         _, train_step, _ = _build(cfg, get_precision(cfg.precision), fast)
@@ -282,26 +294,25 @@ def train(
     `shard=False` keeps the batch on one device; `on_chunk(steps)` is called as each chunk's
     metrics reach the host, with the steps every run advanced (for a caller's progress bar).
     """
-    cfg = _check_batch(configs)
+    cfg = check_batch(configs)
     start = time.perf_counter()
     with precision_scope(cfg.precision):
         batch = prepare(configs, chunk_steps, fast, shard)
         steps_per_chunk = batch.n_blocks * cfg.eval_every
-        state, chunks, pending = batch.state, [], None
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
-        with bar:
-            for _ in range(batch.n_chunks):
-                state, out = batch.run_chunk(state, batch.hyper, batch.data, batch.n_blocks)
-                if pending is not None:  # fetch the previous chunk while this one runs
-                    chunks.append(jax.device_get(pending))
-                    bar.update(steps_per_chunk)
-                    if on_chunk is not None:
-                        on_chunk(steps_per_chunk)
-                pending = out
-            chunks.append(jax.device_get(pending))
+
+        def fetched() -> None:
             bar.update(steps_per_chunk)
             if on_chunk is not None:
                 on_chunk(steps_per_chunk)
+
+        with bar:
+            state, chunks = stream_chunks(
+                lambda s: batch.run_chunk(s, batch.hyper, batch.data, batch.n_blocks),
+                batch.state,
+                batch.n_chunks,
+                fetched,
+            )
     seconds = time.perf_counter() - start
     final = jax.device_get(state[0])
     return [
@@ -313,6 +324,29 @@ def train(
         )
         for r, c in enumerate(configs)
     ]
+
+
+def stream_chunks(
+    run_chunk: Callable[[Any], tuple[Any, Any]],
+    state: Any,
+    n_chunks: int,
+    on_fetch: Callable[[], object],
+) -> tuple[Any, list]:
+    """Run `state, out = run_chunk(state)` n_chunks times: (final state, the outs on the host).
+
+    Each chunk is dispatched before the previous one's output is fetched, so the host copy
+    overlaps with compute; `on_fetch()` is called as each output arrives.
+    """
+    outs, pending = [], None
+    for _ in range(n_chunks):
+        state, out = run_chunk(state)
+        if pending is not None:
+            outs.append(jax.device_get(pending))
+            on_fetch()
+        pending = out
+    outs.append(jax.device_get(pending))
+    on_fetch()
+    return state, outs
 
 
 def _columns(chunks: list[tuple], run: int, eval_every: int) -> dict[str, np.ndarray]:

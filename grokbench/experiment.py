@@ -14,19 +14,11 @@ from collections.abc import Sequence
 import tqdm
 
 from grokbench import distill, executors, slingshot
-from grokbench.config import RunConfig, group_key
+from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json, load_metrics
 from grokbench.tables import align, fmt, run_keys
 
-__all__ = ["format_table", "group_runs", "plan_units", "run_configs", "write_out"]
-
-
-def group_runs(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
-    """Split configs into shape groups (equal `group_key`), keeping first-seen order."""
-    groups: dict[tuple, list[RunConfig]] = {}
-    for cfg in configs:
-        groups.setdefault(group_key(cfg), []).append(cfg)
-    return list(groups.values())
+__all__ = ["format_table", "plan_units", "run_configs", "write_out"]
 
 
 def plan_units(configs: Sequence[RunConfig], max_batch: int | None = None) -> list[list[RunConfig]]:

@@ -15,7 +15,6 @@ perplexity is reported as mean and standard deviation (ddof = 0) over the subset
 
 from __future__ import annotations
 
-import io
 import json
 import pathlib
 import time
@@ -25,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grokbench.store import atomic_write_bytes, atomic_write_json
+from grokbench.quant_train import train_batches
+from grokbench.store import atomic_write_json, atomic_write_npz
 from tasks import (
     Corpus,
     QuantModelConfig,
-    make_quant_batch,
     make_quant_probe,
     mse_range,
     quant_eval_batches,
@@ -285,17 +284,7 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, root: pathlib.Path)
             key = (w_bits, method, subset, a_bits if cfg.act_range == "mse" else None)
             if key not in ranges:
                 rng = np.random.default_rng([cfg.seed, 100 + subset])
-                calib = [
-                    make_quant_batch(
-                        cfg.family,
-                        corpus.train_ids,
-                        rng,
-                        cfg.batch_size,
-                        cfg.seq_len,
-                        corpus.vocab_size,
-                    )
-                    for _ in range(cfg.calib_batches)
-                ]
+                calib = train_batches(cfg, corpus, rng, cfg.calib_batches)
                 ranges[key] = runner.calibrate(q_params, calib, a_bits)
             lo, hi = ranges[key]
             runs.append(runner.perplexity(q_params, val, lo, hi, a_bits, quantize=True))
@@ -312,8 +301,6 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, root: pathlib.Path)
         "eval_seconds": time.perf_counter() - start,
     }
     run_dir = _eval_dir(root, cfg)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    atomic_write_bytes(run_dir / "analysis.npz", buf.getvalue())
+    atomic_write_npz(run_dir / "analysis.npz", arrays)
     atomic_write_json(run_dir / "summary.json", summary)
     return summary

@@ -28,6 +28,7 @@ __all__ = [
     "Store",
     "atomic_write_bytes",
     "atomic_write_json",
+    "atomic_write_npz",
     "default_root",
     "load_metrics",
     "metrics_frame",
@@ -59,6 +60,13 @@ def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
     """`atomic_write_bytes` of indented JSON (NaN is rejected: write None instead)."""
     text = json.dumps(obj, indent=2, allow_nan=False) + "\n"
     atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_npz(path: pathlib.Path, arrays: Mapping[str, Any]) -> None:
+    """`atomic_write_bytes` of an uncompressed .npz: one array per name."""
+    buf = io.BytesIO()
+    np.savez(buf, **{name: np.asarray(x) for name, x in arrays.items()})
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def load_metrics(run_dir: pathlib.Path) -> dict[str, np.ndarray]:
@@ -135,13 +143,9 @@ class Store:
         # An old summary.json would vouch for the files rewritten below until the new one lands.
         (run_dir / "summary.json").unlink(missing_ok=True)
         atomic_write_json(run_dir / "config.json", cfg.to_dict())
-        buf = io.BytesIO()
-        np.savez(buf, **{name: np.asarray(col) for name, col in metrics.items()})
-        atomic_write_bytes(run_dir / "metrics.npz", buf.getvalue())
+        atomic_write_npz(run_dir / "metrics.npz", metrics)
         if params is not None:
-            buf = io.BytesIO()
-            np.savez(buf, **{name: np.asarray(x) for name, x in params.items()})
-            atomic_write_bytes(run_dir / "params.npz", buf.getvalue())
+            atomic_write_npz(run_dir / "params.npz", params)
         atomic_write_json(run_dir / "summary.json", summary)
 
     def load_params(self, cfg: RunConfig) -> dict[str, np.ndarray] | None:
