@@ -12,7 +12,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grokbench.precision import get_precision
@@ -34,6 +34,7 @@ __all__ = [
     "VMAPPED",
     "ConfigError",
     "RunConfig",
+    "check_field_types",
     "config_hash",
     "field_types",
     "group_key",
@@ -41,6 +42,7 @@ __all__ = [
     "identity",
     "parse_overrides",
     "parse_value",
+    "require",
 ]
 
 CONFIG_VERSION = 1
@@ -108,7 +110,7 @@ class RunConfig:
     temperature: float = 4.0  # fig7's T = 4 (Hinton et al.): the teacher's m/T stays below c16
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_field_types(self)
         _check_choice("task", self.task, OPERATIONS)
         _check_choice("model", self.model, MODELS)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -120,27 +122,27 @@ class RunConfig:
             self.model_config()
         except (TypeError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        _check(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        _check(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
-        _check(0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
-        _check(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
-        _check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        _check(
+        require(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        require(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
+        require(0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
+        require(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
+        require(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        require(
             self.optimizer != "adam" or self.weight_decay == 0,
             f"optimizer adam has no weight decay (got weight_decay={self.weight_decay}); "
             "use optimizer=adamw",
         )
-        _check(
+        require(
             self.optimizer == "laprop" or not self.track_sqrt_v,
             "track_sqrt_v applies to optimizer=laprop only",
         )
-        _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
-        _check(self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}")
-        _check(
+        require(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        require(self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}")
+        require(
             self.steps % self.eval_every == 0,
             f"steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})",
         )
-        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         _check_distill(self)
 
     def modular_task(self) -> ModularTask:
@@ -165,27 +167,28 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def _check(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:
+    """Raise `ConfigError(message)` unless `ok`."""
     if not ok:
         raise ConfigError(message)
 
 
 def _check_distill(cfg: RunConfig) -> None:
-    _check(cfg.teacher_steps >= 0, f"teacher_steps must be >= 0, got {cfg.teacher_steps}")
-    _check(cfg.temperature > 0, f"temperature must be > 0, got {cfg.temperature}")
+    require(cfg.teacher_steps >= 0, f"teacher_steps must be >= 0, got {cfg.teacher_steps}")
+    require(cfg.temperature > 0, f"temperature must be > 0, got {cfg.temperature}")
     if not cfg.teacher_steps:
         default = RunConfig.__dataclass_fields__["temperature"].default
-        _check(
+        require(
             cfg.temperature == default,
             "temperature applies to distillation runs only (set teacher_steps > 0)",
         )
         return
-    _check(
+    require(
         cfg.loss in DISTILL_LOSSES,
         f"a distillation run's loss is one of {', '.join(DISTILL_LOSSES)} (soft-target CE); "
         f"got {cfg.loss!r}",
     )
-    _check(
+    require(
         cfg.eval_every == 1,
         "a distillation run records test metrics every step: eval_every must be 1, "
         f"got {cfg.eval_every}",
@@ -193,7 +196,7 @@ def _check_distill(cfg: RunConfig) -> None:
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
-    _check(value in choices, f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    require(value in choices, f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
 def field_types() -> dict[str, Any]:
@@ -223,22 +226,27 @@ def _is_instance(value: Any, tp: Any) -> bool:
     return False
 
 
-def _check_types(cfg: RunConfig) -> None:
-    for name, tp in field_types().items():
+def check_field_types(cfg: Any) -> None:
+    """Check every field of the dataclass `cfg` against its annotation; floats must be finite
+    and are stored as float (so 1 and 1.0 hash alike). One-line `ConfigError` otherwise."""
+    for name, tp in typing.get_type_hints(type(cfg)).items():
         value = getattr(cfg, name)
-        _check(
+        require(
             _is_instance(value, tp),
             f"{name} must be {_type_name(tp)}, got {type(value).__name__} {value!r}",
         )
         if float in _members(tp) and isinstance(value, int | float):
-            _check(math.isfinite(value), f"{name} must be finite, got {value}")
+            require(math.isfinite(value), f"{name} must be finite, got {value}")
             # Store floats as floats: 1 and 1.0 must hash to the same run.
             object.__setattr__(cfg, name, float(value))
 
 
-def parse_value(key: str, text: str) -> Any:
-    """Parse one override value against the type of field `key` (ConfigError if it fails)."""
-    types_ = field_types()
+def parse_value(key: str, text: str, types_: Mapping[str, Any] | None = None) -> Any:
+    """Parse one override value against the type of field `key` (ConfigError if it fails).
+
+    `types_` maps field names to annotations: `field_types()` (RunConfig's) unless given.
+    """
+    types_ = field_types() if types_ is None else types_
     if key not in types_:
         raise ConfigError(f"unknown key {key!r}")
     errors = []

@@ -68,7 +68,7 @@ from grokbench.engine import (
 from grokbench.optimizers import Hyper, apply
 from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
-from grokbench.tables import align, finite_or_none, fmt, run_keys
+from grokbench.tables import finite_or_none, summary_table
 from tasks import DISTILL_LOSSES, kl_divergence
 
 __all__ = [
@@ -352,19 +352,14 @@ def run_students(
 
 def format_table(summaries: Sequence[dict]) -> str:
     """One line per distillation run: the keys that vary, then residual, KL, drift, accuracy."""
-    keys = run_keys([s["config"] for s in summaries])
-    header = [*keys, "residual", "kl_final", "kl_max", "max_dist", "test_acc", "min_acc", "sec"]
-    rows = [
+    return summary_table(
+        summaries,
         [
-            *(str(s["config"][k]) for k in keys),
-            fmt(s["residual_gradient"], ".2e"),
-            fmt(s["kl_final"], ".2e"),
-            fmt(s["kl_max"], ".2e"),
-            fmt(s["max_param_distance"], ".2e"),
-            fmt(s["test_accuracy"], ".4f"),
-            fmt(s["min_test_accuracy"], ".4f"),
-            fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
-        ]
-        for s in summaries
-    ]
-    return align([header, *rows])
+            ("residual", "residual_gradient", ".2e"),
+            ("kl_final", "kl_final", ".2e"),
+            ("kl_max", "kl_max", ".2e"),
+            ("max_dist", "max_param_distance", ".2e"),
+            ("test_acc", "test_accuracy", ".4f"),
+            ("min_acc", "min_test_accuracy", ".4f"),
+        ],
+    )

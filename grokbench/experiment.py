@@ -16,7 +16,7 @@ import tqdm
 from grokbench import distill, executors, slingshot
 from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json, load_metrics
-from grokbench.tables import align, fmt, run_keys
+from grokbench.tables import summary_table
 
 __all__ = ["format_table", "plan_units", "run_configs", "write_out"]
 
@@ -114,18 +114,13 @@ def format_table(summaries: Sequence[dict]) -> str:
     """One line per run: the keys that vary across runs, then the headline numbers."""
     if summaries and all("kl_final" in s for s in summaries):
         return distill.format_table(summaries)  # distillation runs: residual, KL and drift
-    keys = run_keys([s["config"] for s in summaries])
-    header = [*keys, "test_acc", "train_acc", "margin", "max_loss_mem", "spikes", "sec"]
-    rows = [
+    return summary_table(
+        summaries,
         [
-            *(str(s["config"][k]) for k in keys),
-            fmt(s["test_accuracy"], ".4f"),
-            fmt(s["train_accuracy"], ".4f"),
-            fmt(s["final_margin"], ".2f"),
-            fmt(s["max_train_loss_after_memorization"], ".2e"),
-            str(s["spikes"]),
-            fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
-        ]
-        for s in summaries
-    ]
-    return align([header, *rows])
+            ("test_acc", "test_accuracy", ".4f"),
+            ("train_acc", "train_accuracy", ".4f"),
+            ("margin", "final_margin", ".2f"),
+            ("max_loss_mem", "max_train_loss_after_memorization", ".2e"),
+            ("spikes", "spikes", None),
+        ],
+    )

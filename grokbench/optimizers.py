@@ -91,6 +91,16 @@ def bias_correction(moments: optax.Updates, decay: ArrayLike, count: jax.Array) 
     return jax.tree.map(lambda t: t / correction.astype(t.dtype), moments)
 
 
+def _init_moments(state: type) -> optax.TransformInitFn:
+    """init(params) -> state(count 0 as int32, zero `mu`, zero `nu` in the parameter dtypes)."""
+
+    def init_fn(params: optax.Params) -> NamedTuple:
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return state(jnp.zeros([], jnp.int32), zeros, zeros)
+
+    return init_fn
+
+
 class ScaleByAdamState(NamedTuple):
     """Adam state: step count (int32), first moment `mu`, second moment `nu`."""
 
@@ -104,10 +114,6 @@ def scale_by_adam(
 ) -> optax.GradientTransformation:
     """Adam's direction m_hat / (sqrt(v_hat) + eps), dtype-preserving, eps = 0 allowed."""
 
-    def init_fn(params: optax.Params) -> ScaleByAdamState:
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return ScaleByAdamState(jnp.zeros([], jnp.int32), zeros, zeros)
-
     def update_fn(
         updates: optax.Updates, state: ScaleByAdamState, params: optax.Params | None = None
     ) -> tuple[optax.Updates, ScaleByAdamState]:
@@ -119,7 +125,7 @@ def scale_by_adam(
         out = jax.tree.map(lambda m, v: _safe_div(m, jnp.sqrt(v) + _as(eps, v)), mu_hat, nu_hat)
         return out, ScaleByAdamState(count, mu, nu)
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_init_moments(ScaleByAdamState), update_fn)
 
 
 class ScaleByLaPropState(NamedTuple):
@@ -163,10 +169,6 @@ def scale_by_laprop(
     `_update_sqrt_v`) so gradients whose square underflows keep their weight.
     """
 
-    def init_fn(params: optax.Params) -> ScaleByLaPropState:
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return ScaleByLaPropState(jnp.zeros([], jnp.int32), zeros, zeros)
-
     def update_fn(
         updates: optax.Updates, state: ScaleByLaPropState, params: optax.Params | None = None
     ) -> tuple[optax.Updates, ScaleByLaPropState]:
@@ -183,7 +185,7 @@ def scale_by_laprop(
         mu = update_moment(normalized, state.mu, b1, 1)
         return bias_correction(mu, b1, count), ScaleByLaPropState(count, mu, nu)
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_init_moments(ScaleByLaPropState), update_fn)
 
 
 def add_decayed_weights(weight_decay: ArrayLike) -> optax.GradientTransformation:

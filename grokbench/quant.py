@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import pathlib
 import time
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grokbench.config import ConfigError
+from grokbench.config import ConfigError, check_field_types, parse_value, require
 from grokbench.quant_eval import BIT_CONFIGS, evaluate, parse_bits
 from grokbench.quant_train import train
 from grokbench.store import atomic_write_bytes, atomic_write_json, default_root
@@ -123,43 +122,43 @@ class QuantConfig:
     bits: str = ",".join(BIT_CONFIGS)  # W8A8 and the paper's Table 10 widths
 
     def __post_init__(self) -> None:
-        _check_types(self)
-        _check(
+        check_field_types(self)
+        require(
             self.variant in VARIANTS,
             f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}",
         )
-        _check(
+        require(
             self.level in ("char", "byte"), f"level must be 'char' or 'byte', got {self.level!r}"
         )
-        _check(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        _check(self.gamma is None or self.gamma <= 0, f"gamma must be <= 0, got {self.gamma}")
-        _check(self.zeta >= 1, f"zeta must be >= 1, got {self.zeta}")
-        _check(0 < self.pi_init < 1, f"pi_init must be in (0, 1), got {self.pi_init}")
+        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
+        require(self.gamma is None or self.gamma <= 0, f"gamma must be <= 0, got {self.gamma}")
+        require(self.zeta >= 1, f"zeta must be >= 1, got {self.zeta}")
+        require(0 < self.pi_init < 1, f"pi_init must be in (0, 1), got {self.pi_init}")
         for name in ("batch_size", "steps", "eval_batches", "calib_batches", "calib_subsets"):
-            _check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        _check(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        _check(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
-        _check(self.b2 is None or 0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
-        _check(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
-        _check(
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        require(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        require(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
+        require(self.b2 is None or 0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
+        require(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
+        require(
             self.weight_decay is None or self.weight_decay >= 0,
             f"weight_decay must be >= 0, got {self.weight_decay}",
         )
-        _check(self.clip_norm > 0, f"clip_norm must be > 0, got {self.clip_norm}")
-        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
-        _check(
+        require(self.clip_norm > 0, f"clip_norm must be > 0, got {self.clip_norm}")
+        require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        require(
             self.warmup_steps is None or 0 <= self.warmup_steps <= self.steps,
             f"warmup_steps must be in [0, steps], got {self.warmup_steps}",
         )
-        _check(
+        require(
             self.act_range in ("running_minmax", "percentile", "mse"),
             f"act_range must be running_minmax, percentile or mse; got {self.act_range!r}",
         )
-        _check(
+        require(
             50 < self.percentile < 100, f"percentile must be in (50, 100), got {self.percentile}"
         )
-        _check(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
-        _check(
+        require(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
+        require(
             self.weight_range in ("auto", "minmax", "mse"),
             f"weight_range must be auto, minmax or mse; got {self.weight_range!r}",
         )
@@ -234,66 +233,8 @@ def _hash(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
-def _members(tp: Any) -> tuple[type, ...]:
-    return (
-        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, type(int | None)) else (tp,)
-    )
-
-
 def _field_types() -> dict[str, Any]:
     return typing.get_type_hints(QuantConfig)
-
-
-def _check_types(cfg: QuantConfig) -> None:
-    for name, tp in _field_types().items():
-        value = getattr(cfg, name)
-        ok = False
-        for member in _members(tp):
-            if member is float and isinstance(value, int | float) and not isinstance(value, bool):
-                ok = True
-                if not math.isfinite(value):
-                    raise ConfigError(f"{name} must be finite, got {value}")
-                object.__setattr__(cfg, name, float(value))  # 1 and 1.0 hash the same
-            elif member is int and isinstance(value, bool):
-                continue
-            elif isinstance(value, member):
-                ok = True
-            if ok:
-                break
-        names = " | ".join(m.__name__ for m in _members(tp))
-        _check(ok, f"{name} must be {names}, got {type(value).__name__} {value!r}")
-
-
-_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-
-
-def _parse_value(key: str, text: str) -> Any:
-    errors = []
-    for member in _members(_field_types()[key]):
-        try:
-            if member is type(None):
-                if text.lower() in ("none", "null"):
-                    return None
-            elif member is bool:
-                if text.lower() in _BOOLS:
-                    return _BOOLS[text.lower()]
-            elif member is int:
-                return int(text)
-            elif member is float:
-                value = float(text)
-                if math.isfinite(value):
-                    return value
-            elif member is str and text:
-                return text
-        except ValueError:
-            pass
-        errors.append(member.__name__)
-    raise ConfigError(f"{key}={text!r}: expected {' or '.join(errors)}")
 
 
 def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
@@ -318,7 +259,7 @@ def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
         elif key in ("variant", "family"):
             raise ConfigError(f"use {key}s=... to choose {key}s")
         elif key in fields:
-            out[key] = _parse_value(key, text.strip())
+            out[key] = parse_value(key, text.strip(), fields)
         else:
             raise ConfigError(
                 f"unknown key {key!r}; known keys: variants, families, {', '.join(fields)}"

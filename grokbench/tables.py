@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["align", "finite_or_none", "fmt", "run_keys", "varying_keys"]
+__all__ = ["align", "finite_or_none", "fmt", "run_keys", "summary_table", "varying_keys"]
 
 
 def finite_or_none(x: Any) -> float | None:
@@ -53,3 +53,22 @@ def align(rows: Sequence[Sequence[str]], left_last: bool = False) -> str:
         return text.rstrip() if left_last else text
 
     return "\n".join(line(r) for r in rows)
+
+
+def summary_table(
+    summaries: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, str | None]]
+) -> str:
+    """One line per run summary: the keys that name it (`run_keys`), then one cell per
+    (header, summary key, format spec; None: `str`) column, then its seconds, marked '*'
+    when the run was loaded from the store rather than trained."""
+    keys = run_keys([s["config"] for s in summaries])
+    header = [*keys, *(name for name, _, _ in columns), "sec"]
+    rows = [
+        [
+            *(str(s["config"][k]) for k in keys),
+            *(str(s[key]) if spec is None else fmt(s[key], spec) for _, key, spec in columns),
+            fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
+        ]
+        for s in summaries
+    ]
+    return align([header, *rows])

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from grokbench.tables import align, finite_or_none, fmt, run_keys, varying_keys
+from grokbench.tables import align, finite_or_none, fmt, run_keys, summary_table, varying_keys
 
 
 def test_finite_or_none():
@@ -28,3 +28,16 @@ def test_keys_vary_and_seed_comes_last():
 def test_align():
     assert align([["a", "bb"], ["ccc", "d"]]) == "  a  bb\nccc   d"
     assert align([["x", "note"], ["long", "n"]], left_last=True) == "   x  note\nlong  n"
+
+
+def test_summary_table_names_runs_and_marks_cached():
+    summaries = [
+        {"config": {"seed": 0, "lr": 1.0}, "acc": 0.5, "n": 3, "seconds": 1.25, "cached": True},
+        {"config": {"seed": 1, "lr": 1.0}, "acc": None, "n": 4, "seconds": 10.0},
+    ]
+    table = summary_table(summaries, [("test_acc", "acc", ".2f"), ("n", "n", None)])
+    assert table.splitlines() == [
+        "seed  test_acc  n   sec",
+        "   0      0.50  3  1.2*",
+        "   1         -  4  10.0",
+    ]
