@@ -37,6 +37,7 @@ __all__ = [
     "check_field_types",
     "config_hash",
     "field_types",
+    "from_stored",
     "group_key",
     "group_runs",
     "identity",
@@ -116,6 +117,8 @@ class RunConfig:
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("loss", self.loss, LOSSES)
         _check_choice("activation", self.activation, ACTIVATIONS)
+        require(self.split_seed >= 0, f"split_seed must be >= 0, got {self.split_seed}")
+        require(self.mlp_width >= 1, f"mlp_width must be >= 1, got {self.mlp_width}")
         try:
             get_precision(self.precision)
             self.modular_task()
@@ -314,6 +317,20 @@ def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) ->
         parts = text.split(",")
         out[key] = tuple(dict.fromkeys(parse_value(key, part.strip()) for part in parts))
     return out
+
+
+def from_stored(stored: Mapping[str, Any]) -> RunConfig:
+    """The `RunConfig` of a stored config dict (a run's config.json or summary's "config").
+
+    A config written under another schema (a field since removed or renamed, a value no
+    longer valid) raises `ConfigError` with one line naming what does not fit.
+    """
+    if not isinstance(stored, Mapping):
+        raise ConfigError(f"a stored config must be a JSON object, got {type(stored).__name__}")
+    unknown = sorted(set(stored) - set(field_types()))
+    if unknown:
+        raise ConfigError(f"stored config has fields this version does not know: {unknown}")
+    return RunConfig(**stored)
 
 
 def identity(cfg: RunConfig) -> dict[str, Any]:

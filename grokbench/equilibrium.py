@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 import numerics
-from grokbench.config import RunConfig
+from grokbench.config import RunConfig, from_stored
 from grokbench.precision import get_precision
 from grokbench.store import atomic_write_json, load_metrics
 from grokbench.sweep import dir_runs
@@ -147,7 +147,7 @@ def run_rows(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]])
     """One row per run, from (summary or {'config': ...}, metrics): its plateau verdict."""
     rows = []
     for summary, metrics in runs:
-        cfg = RunConfig(**summary["config"])
+        cfg = from_stored(summary["config"])
         verdict = plateau(metrics[MARGIN_METRIC])
         rows.append(
             {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import pathlib
 import tempfile
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from grokbench.config import RunConfig, config_hash, identity
+from grokbench.config import ConfigError, RunConfig, config_hash, from_stored, identity
 
 __all__ = [
     "Store",
@@ -33,6 +34,9 @@ __all__ = [
     "load_metrics",
     "metrics_frame",
 ]
+
+
+_log = logging.getLogger(__name__)
 
 
 def default_root() -> pathlib.Path:
@@ -98,7 +102,12 @@ class Store:
         return self.root / "runs" / config_hash(cfg)
 
     def load_summary(self, cfg: RunConfig) -> dict | None:
-        """The stored summary of a finished run of `cfg`, or None if there is none."""
+        """The stored summary of a finished run of `cfg`, or None if there is none.
+
+        A summary whose config no longer fits `RunConfig` (a field removed or renamed since
+        it was written) is stale: one warning line is logged and None returned, so the run
+        is trained again.
+        """
         path = self.run_dir(cfg) / "summary.json"
         if not path.is_file():
             return None
@@ -107,7 +116,13 @@ class Store:
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None  # truncated or garbled (not by this store's atomic writes): redo the run
         stored = summary.get("config") if isinstance(summary, dict) else None
-        if not isinstance(stored, dict) or identity(RunConfig(**stored)) != identity(cfg):
+        try:
+            old = from_stored(stored)
+        except ConfigError as err:
+            # Written under another RunConfig schema: stale, so the run is trained again.
+            _log.warning("stale run %s (%s): training it again", path.parent, err)
+            return None
+        if identity(old) != identity(cfg):
             # A hash collision or a hand-edited file.
             raise RuntimeError(f"{path} holds a different config than its hash says")
         return summary
