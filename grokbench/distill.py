@@ -189,7 +189,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
         z64 = logits.astype(jnp.float64)  # widening is exact
         metrics = {
             "train_loss": loss.astype(jnp.float64),
-            "kl": jnp.mean(kl_divergence(targets, logits, temperature)),
+            "kl": jnp.mean(kl_divergence(logits, targets, temperature)),
             "logit_grad_max": jnp.max(jnp.abs(dlogits.astype(jnp.float64))) * scale,
             "param_distance": jnp.sqrt(sq_distance),
             "adam_step": jnp.sqrt(sq_direction / n_params),
@@ -198,7 +198,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
             "test_acc": metrics_lib.accuracy(
                 test_logits.astype(jnp.float64), data.y_test, jnp.float64
             ),
-            "test_kl": jnp.mean(kl_divergence(test_targets, test_logits, temperature)),
+            "test_kl": jnp.mean(kl_divergence(test_logits, test_targets, temperature)),
         }
         new_state = _State(new_params, opt_state, targets, test_targets, jnp.asarray(True))
         return new_state, metrics
