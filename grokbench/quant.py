@@ -24,7 +24,7 @@ from grokbench.quant_train import train
 from grokbench.store import atomic_write_bytes, atomic_write_json, default_root
 from grokbench.tables import fmt
 from numerics import clipped_softmax_gamma
-from tasks import QuantModelConfig, build_corpus
+from tasks import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig, build_corpus
 
 __all__ = [
     "QUANT_VERSION",
@@ -165,7 +165,7 @@ class QuantConfig:
         try:
             for name in self.bits.split(","):
                 parse_bits(name.strip())
-            self.model_config(110)
+            self.model_config(PYDOC_CHAR_VOCAB_SIZE)  # any vocabulary: checks the shapes
         except ValueError as err:
             raise ConfigError(str(err)) from None
 
