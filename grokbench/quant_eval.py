@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import pathlib
 import time
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grokbench.quant_config import QuantConfig, parse_bits
 from grokbench.quant_train import train_batches
 from grokbench.store import atomic_write_json, atomic_write_npz
 from tasks import (
@@ -38,28 +38,10 @@ from tasks import (
     weight_names,
 )
 
-if TYPE_CHECKING:
-    from grokbench.quant import QuantConfig
-
-__all__ = ["BIT_CONFIGS", "evaluate", "load_evaluation", "parse_bits"]
-
-BIT_CONFIGS: tuple[str, ...] = ("W8A8", "W6A8", "W4A8", "W6A6")
-"""The paper's bit widths: Table 2 (W8A8) and Table 10 (W6A8, W4A8, W6A6)."""
+__all__ = ["evaluate", "load_evaluation"]
 
 _HIST_BINS = 1024  # histogram resolution of the MSE activation estimator
 _EVAL_SEED = 1234  # masks of the fixed validation batches
-
-
-def parse_bits(name: str) -> tuple[int, int]:
-    """'W8A8' -> (8, 8)."""
-    upper = name.upper()
-    if not upper.startswith("W") or "A" not in upper:
-        raise ValueError(f"bit config must look like W8A8, got {name!r}")
-    w, a = upper[1:].split("A", 1)
-    bits = int(w), int(a)
-    if not all(2 <= b <= 16 for b in bits):
-        raise ValueError(f"bit widths must be in [2, 16], got {name!r}")
-    return bits
 
 
 def _weight_method(cfg: QuantConfig, w_bits: int) -> str:

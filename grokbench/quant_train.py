@@ -13,7 +13,6 @@ import functools
 import json
 import pathlib
 import time
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +21,7 @@ import optax
 from tqdm.auto import tqdm
 
 from grokbench.optimizers import add_decayed_weights, scale_by_adam
+from grokbench.quant_config import QuantConfig
 from grokbench.store import atomic_write_json, atomic_write_npz
 from tasks import (
     Corpus,
@@ -33,9 +33,6 @@ from tasks import (
     quant_model_init,
     stack_batches,
 )
-
-if TYPE_CHECKING:
-    from grokbench.quant import QuantConfig
 
 __all__ = ["load_params", "train", "train_batches"]
 
