@@ -55,7 +55,7 @@ class Forecast:
 
     The first `update` (a chunk that may include compilation) starts the clock; the speed
     from there to the second `update` gives the estimate, which `write` (default: above
-    any bar, on stderr) prints when it exceeds `threshold` seconds. `plan` describes the
+    any bar, on stderr) prints when it exceeds `threshold` seconds (default: `LONG`). `plan` describes the
     work ("2 runs in 1 program").
     """
 
@@ -63,11 +63,12 @@ class Forecast:
         self,
         total: int,
         plan: str,
-        threshold: float = LONG,
+        threshold: float | None = None,
         write: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.total, self.plan, self.threshold = total, plan, threshold
+        self.total, self.plan = total, plan
+        self.threshold = LONG if threshold is None else threshold
         self.write = write or (lambda text: tqdm.tqdm.write(text, file=sys.stderr))
         self.clock = clock
         self.done = 0
