@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -180,6 +181,24 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unreachable(address: str, err: Exception) -> str:
+    return (
+        f"cannot reach the Ray cluster at {address} ({err}): `ray start --head` prints the "
+        "address to use (on the head node, --ray-address auto finds it)"
+    )
+
+
+def _reachable(address: str) -> None:
+    """Fail at once if nothing listens at a HOST:PORT Ray address (Ray would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # 'auto' and the like: Ray resolves them
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as err:
+        raise _Fail(_unreachable(address, err.strerror or err)) from None
+
+
 def _sweep(args: argparse.Namespace) -> int:
     _use_all_cores()
     from grokbench import executors, sweep
@@ -193,6 +212,8 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         if not executors.ray_available():
             raise _Fail("--executor ray needs Ray: pip install -e '.[ray]' in your clone")
+        if args.ray_address is not None:
+            _reachable(args.ray_address)
         executor = executors.RayExecutor(args.ray_address)
     _writable_dir(args.out, "--out")
     try:
@@ -206,14 +227,10 @@ def _sweep(args: argparse.Namespace) -> int:
         )
     except sweep.SweepBusy as err:
         raise _Fail(str(err), status=1) from None
-    except ConnectionError:
+    except ConnectionError as err:
         if executor is None:
             raise
-        where = args.ray_address or "a new local instance"
-        raise _Fail(
-            f"cannot reach the Ray cluster at {where}: `ray start --head` prints the address "
-            "to use (on the head node, --ray-address auto finds it)"
-        ) from None
+        raise _Fail(_unreachable(args.ray_address or "a new local instance", err)) from None
     _print_runs(args, summaries)
     print(f"wrote {args.out / 'summary.json'} and {args.out / sweep.TABLE_FILE}")
     return 0

@@ -55,8 +55,8 @@ class Forecast:
 
     The first `update` (a chunk that may include compilation) starts the clock; the speed
     from there to the second `update` gives the estimate, which `write` (default: above
-    any bar, on stderr) prints when it exceeds `threshold` seconds (default: `LONG`). `plan` describes the
-    work ("2 runs in 1 program").
+    any bar, on stderr) prints when it exceeds `threshold` seconds (default: `LONG`). `plan`
+    describes the work ("2 runs in 1 program").
     """
 
     def __init__(
