@@ -230,7 +230,9 @@ def _sweep(args: argparse.Namespace) -> int:
     except ConnectionError as err:
         if executor is None:
             raise
-        raise _Fail(_unreachable(args.ray_address or "a new local instance", err)) from None
+        if args.ray_address is None:
+            raise _Fail(f"could not start a local Ray instance ({err})") from None
+        raise _Fail(_unreachable(args.ray_address, err)) from None
     _print_runs(args, summaries)
     print(f"wrote {args.out / 'summary.json'} and {args.out / sweep.TABLE_FILE}")
     return 0
