@@ -87,12 +87,11 @@ def _finished_since(args: argparse.Namespace, start: float) -> str:
     return f"{plural(done, 'run')} finished and stored in {root}"
 
 
-def _unknown(kind: str, name: str, choices: Sequence[str]) -> str:
-    """'unknown KIND NAME; did you mean ...?': the choices NAME begins, else difflib's nearest."""
+def _hint(name: str, choices: Sequence[str]) -> str:
+    """'did you mean ...?': the choices NAME begins, else difflib's nearest; else all of them."""
     near = [c for c in choices if c.startswith(name)]
     near = near or difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(near)}?" if near else f"known: {', '.join(choices)}"
-    return f"unknown {kind} {name!r}; {hint}"
+    return f"did you mean {' or '.join(near)}?" if near else f"known: {', '.join(choices)}"
 
 
 def _figure_names() -> list[str]:
@@ -107,7 +106,7 @@ def _check_recipe(name: str) -> None:
 
     if name in recipes.RECIPES:
         return
-    message = _unknown("recipe", name, list(recipes.RECIPES))
+    message = f"unknown recipe {name!r}; {_hint(name, list(recipes.RECIPES))}"
     if name in _figure_names():
         message += f" ({name} is a figure: grokbench figures {name})"
     raise _Fail(message)
@@ -125,7 +124,7 @@ def _check_figures(names: Sequence[str]) -> None:
             figure = name.split("-")[0]
             which = f"its figure is {figure}" if figure in known else f"figures: {', '.join(known)}"
             raise _Fail(f"{name} is a recipe (grokbench run {name}); {which}")
-        raise _Fail(_unknown("figure", name, known))
+        raise _Fail(f"unknown figure(s) {name}; {_hint(name, known)}")
 
 
 def _configs(args: argparse.Namespace) -> list:
