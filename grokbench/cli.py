@@ -598,12 +598,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+    except OSError as err:  # a write that failed mid-run (the paths were checked up front)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            what, fix = "the disk is full", "Free space and rerun"
+        elif err.filename is not None:
+            what, fix = f"cannot write {err.filename}", "Fix that and rerun"
+        else:
             raise
         print(
-            f"{prog}: error: the disk is full ({err.strerror}); {_finished_since(args, start)} "
-            "intact. Free space and rerun the same command to resume.",
+            f"{prog}: error: {what} ({err.strerror}); {_finished_since(args, start)} intact. "
+            f"{fix} the same command to resume.",
             file=sys.stderr,
         )
         return 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import tqdm
 
@@ -32,13 +33,6 @@ def duration(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:,.1f} {unit}"
     return f"{seconds:.0f} s"
-
-
-def bar(total: int, desc: str, progress: bool) -> tqdm.tqdm:
-    """The run-step progress bar every training loop shows (hidden if off or empty)."""
-    return tqdm.tqdm(
-        total=total, unit="run-step", unit_scale=True, desc=desc, disable=not progress or not total
-    )
 
 
 def advance(progress_bar: tqdm.tqdm, runs: int) -> Callable[[int], None]:
@@ -93,3 +87,28 @@ class Forecast:
                 f"{rate:,.0f} run-steps/s that takes about {duration(self.estimate)} more. "
                 "Ctrl-C stops it and keeps the runs finished by then."
             )
+
+
+class _Bar(tqdm.tqdm):
+    """A tqdm bar that also feeds its `Forecast`, shown or not."""
+
+    def __init__(self, *args: Any, forecast: Forecast, **kwargs: Any) -> None:
+        self.forecast = forecast
+        super().__init__(*args, **kwargs)
+
+    def update(self, n: float | None = 1) -> bool | None:
+        self.forecast.update(int(n or 0))
+        return super().update(n)
+
+
+def bar(total: int, desc: str, progress: bool) -> tqdm.tqdm:
+    """The run-step progress bar every training loop shows (hidden if off or empty), with a
+    `Forecast` of the work it counts, which speaks even when the bar is hidden."""
+    return _Bar(
+        total=total,
+        unit="run-step",
+        unit_scale=True,
+        desc=desc,
+        disable=not progress or not total,
+        forecast=Forecast(total, desc),
+    )

@@ -76,15 +76,9 @@ def run_configs(
     trained = set(students)
     total = sum(cfg.steps for unit in units for cfg in unit)
     desc = f"{console.plural(len(todo), 'run')} in {console.plural(len(units), 'program')}"
-    forecast = console.Forecast(total, desc)
-
-    def on_steps(n: int) -> None:
-        bar.update(n)
-        forecast.update(n)
-
     with console.bar(total, desc, progress) as bar:
         runner = executor or executors.LocalExecutor()
-        for outputs in runner.map(units, chunk_steps=chunk_steps, fast=fast, on_steps=on_steps):
+        for outputs in runner.map(units, chunk_steps=chunk_steps, fast=fast, on_steps=bar.update):
             for out in outputs:
                 if done[out.config] is not None:
                     continue  # stored by an earlier, interrupted call: the same numbers
