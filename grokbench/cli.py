@@ -163,7 +163,6 @@ def _print_runs(args: argparse.Namespace, summaries: Sequence[dict]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    _use_all_cores()
     from grokbench import experiment
     from grokbench.store import Store
 
@@ -199,7 +198,6 @@ def _reachable(address: str) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    _use_all_cores()
     from grokbench import executors, sweep
 
     configs = _configs(args)
@@ -327,7 +325,6 @@ def _quant(args: argparse.Namespace) -> int:
 
 
 def _figures(args: argparse.Namespace) -> int:
-    _use_all_cores()
     from figures import build
     from grokbench.config import ConfigError, parse_overrides
     from grokbench.store import Store
@@ -572,6 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `grokbench` console script."""
+    _use_all_cores()  # before build_parser, whose imports load jax
     parser = build_parser()
     # Overrides may follow options (`run fig2-top --quick seeds=3`): argparse's nargs="*"
     # positional stops at the first option, so the rest comes back as unknown and is re-added.
