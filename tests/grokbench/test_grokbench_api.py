@@ -9,6 +9,7 @@ from tests._docs import documented_constants
 
 NAMES = (
     "config",
+    "console",
     "distill",
     "engine",
     "equilibrium",
