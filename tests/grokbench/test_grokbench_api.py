@@ -1,4 +1,4 @@
-"""Every public name of the grokbench modules is documented (STYLE.md 1)."""
+"""Every public name of the grokbench modules is documented (docs/style.md 1)."""
 
 import importlib
 import inspect
