@@ -120,7 +120,8 @@ class RunConfig:
         require(self.split_seed >= 0, f"split_seed must be >= 0, got {self.split_seed}")
         require(self.mlp_width >= 1, f"mlp_width must be >= 1, got {self.mlp_width}")
         try:
-            get_precision(self.precision)
+            # One name per policy ('bfloat16' and 'bf16/bf16' are 'bf16'): one hash per run.
+            object.__setattr__(self, "precision", get_precision(self.precision).name)
             self.modular_task()
             self.model_config()
         except (TypeError, ValueError) as err:

@@ -51,7 +51,7 @@ import numpy as np
 import tqdm
 
 import numerics
-from grokbench import engine, slingshot
+from grokbench import console, engine, slingshot
 from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_runs
 from grokbench.engine import (
@@ -230,8 +230,12 @@ def train(
     progress: bool = True,
     fast: bool = True,
     desc: str | None = None,
+    on_chunk: Callable[[int], object] | None = None,
 ) -> list[engine.RunOutput]:
-    """Distil `configs` (one shape group), each from its teacher's parameters, as one batch."""
+    """Distil `configs` (one shape group), each from its teacher's parameters, as one batch.
+
+    `on_chunk(steps)` is called as each chunk's metrics reach the host (as in `engine.train`).
+    """
     cfg = check_batch(configs)
     if len(configs) != len(teachers):
         raise ValueError("train needs one teacher per config")
@@ -252,7 +256,9 @@ def train(
                 lambda s: run_chunk(s, anchor, hyper, data, n_steps),
                 state,
                 cfg.steps // n_steps,
-                lambda: bar.update(n_steps),
+                n_steps,
+                bar,
+                on_chunk,
             )
         final = jax.device_get(state.params)
     seconds = time.perf_counter() - start
@@ -310,13 +316,19 @@ def train_teachers(
     trained by the engine (the `grokbench run` path) and stored with them."""
     unique = list(dict.fromkeys(configs))
     missing = [cfg for cfg in unique if store.load_params(cfg) is None]
-    for group in group_runs(missing):
-        desc = f"teacher {group[0].task} mod {group[0].p} x{len(group)}"
-        for out in engine.train(
-            group, chunk_steps=chunk_steps, progress=progress, fast=fast, desc=desc
-        ):
-            summary = slingshot.summarize(out.config, out.metrics, out.seconds)
-            store.save(out.config, out.metrics, summary, params=out.params)
+    groups = group_runs(missing)
+    desc = f"{console.plural(len(missing), 'teacher')} in {console.plural(len(groups), 'program')}"
+    with console.bar(sum(cfg.steps for cfg in missing), desc, progress) as bar:
+        for group in groups:
+            for out in engine.train(
+                group,
+                chunk_steps=chunk_steps,
+                progress=False,
+                fast=fast,
+                on_chunk=console.advance(bar, len(group)),
+            ):
+                summary = slingshot.summarize(out.config, out.metrics, out.seconds)
+                store.save(out.config, out.metrics, summary, params=out.params)
     teachers = {cfg: store.load_params(cfg) for cfg in unique}
     lost = [store.run_dir(cfg) for cfg, params in teachers.items() if params is None]
     if lost:
@@ -339,14 +351,23 @@ def run_students(
     teachers = train_teachers([teacher_config(c) for c in configs], store, **kw)
     groups = group_runs(list(dict.fromkeys(configs)))
     summaries = {}
-    for i, group in enumerate(groups):
-        first = group[0]
-        desc = f"[{i + 1}/{len(groups)}] distil {first.precision} {first.loss} x{len(group)}"
-        outputs = train(group, [teachers[teacher_config(c)] for c in group], desc=desc, **kw)
-        for out in outputs:
-            summary = summarize(out.config, out.metrics, out.seconds)
-            store.save(out.config, out.metrics, summary)
-            summaries[out.config] = summary
+    n_runs = sum(len(group) for group in groups)
+    desc = f"{console.plural(n_runs, 'student')} in {console.plural(len(groups), 'program')}"
+    total = sum(cfg.steps for group in groups for cfg in group)
+    with console.bar(total, desc, progress) as bar:
+        for group in groups:
+            outputs = train(
+                group,
+                [teachers[teacher_config(c)] for c in group],
+                chunk_steps=chunk_steps,
+                progress=False,
+                fast=fast,
+                on_chunk=console.advance(bar, len(group)),
+            )
+            for out in outputs:
+                summary = summarize(out.config, out.metrics, out.seconds)
+                store.save(out.config, out.metrics, summary)
+                summaries[out.config] = summary
     return summaries
 
 

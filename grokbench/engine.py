@@ -300,18 +300,14 @@ def train(
         batch = prepare(configs, chunk_steps, fast, shard)
         steps_per_chunk = batch.n_blocks * cfg.eval_every
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
-
-        def fetched() -> None:
-            bar.update(steps_per_chunk)
-            if on_chunk is not None:
-                on_chunk(steps_per_chunk)
-
         with bar:
             state, chunks = stream_chunks(
                 lambda s: batch.run_chunk(s, batch.hyper, batch.data, batch.n_blocks),
                 batch.state,
                 batch.n_chunks,
-                fetched,
+                steps_per_chunk,
+                bar,
+                on_chunk,
             )
     seconds = time.perf_counter() - start
     final = jax.device_get(state[0])
@@ -330,22 +326,30 @@ def stream_chunks(
     run_chunk: Callable[[Any], tuple[Any, Any]],
     state: Any,
     n_chunks: int,
-    on_fetch: Callable[[], object],
+    steps_per_chunk: int,
+    bar: tqdm.tqdm,
+    on_chunk: Callable[[int], object] | None = None,
 ) -> tuple[Any, list]:
     """Run `state, out = run_chunk(state)` n_chunks times: (final state, the outs on the host).
 
     Each chunk is dispatched before the previous one's output is fetched, so the host copy
-    overlaps with compute; `on_fetch()` is called as each output arrives.
+    overlaps with compute. As each output arrives, `bar` advances `steps_per_chunk` steps
+    and `on_chunk(steps_per_chunk)` is called.
     """
     outs, pending = [], None
+
+    def fetch() -> None:
+        outs.append(jax.device_get(pending))
+        bar.update(steps_per_chunk)
+        if on_chunk is not None:
+            on_chunk(steps_per_chunk)
+
     for _ in range(n_chunks):
         state, out = run_chunk(state)
         if pending is not None:
-            outs.append(jax.device_get(pending))
-            on_fetch()
+            fetch()
         pending = out
-    outs.append(jax.device_get(pending))
-    on_fetch()
+    fetch()
     return state, outs
 
 
