@@ -12,7 +12,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from grokbench.precision import get_precision
@@ -44,6 +44,7 @@ __all__ = [
     "parse_overrides",
     "parse_value",
     "require",
+    "split_override",
 ]
 
 CONFIG_VERSION = 1
@@ -288,6 +289,17 @@ def _parse_as(tp: type, text: str) -> Any:
     raise TypeError(f"unsupported field type {tp}")
 
 
+def split_override(token: str, seen: Container[str]) -> tuple[str, str]:
+    """`key=value` -> (key, value text); ConfigError for no `=`, no key, or a key in `seen`."""
+    key, sep, text = token.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"expected key=value, got {token!r}")
+    if key in seen:
+        raise ConfigError(f"key {key!r} given twice")
+    return key, text
+
+
 def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) -> dict[str, tuple]:
     """`key=value` or `key=v1,v2,...` tokens -> {key: values}; a list makes a sweep axis.
 
@@ -296,12 +308,7 @@ def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) ->
     """
     out: dict[str, tuple] = {}
     for token in tokens:
-        key, sep, text = token.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"expected key=value, got {token!r}")
-        if key in out:
-            raise ConfigError(f"key {key!r} given twice")
+        key, text = split_override(token, out)
         if key in extra:
             try:
                 value = int(text)

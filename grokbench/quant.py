@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grokbench.config import ConfigError, parse_value
+from grokbench.config import ConfigError, parse_value, split_override
 from grokbench.quant_config import BIT_CONFIGS, QUANT_VERSION, VARIANTS, QuantConfig
 from grokbench.quant_eval import evaluate
 from grokbench.quant_train import train
@@ -53,12 +53,7 @@ def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     fields = _field_types()
     for token in tokens:
-        key, sep, text = token.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"expected key=value, got {token!r}")
-        if key in out:
-            raise ConfigError(f"key {key!r} given twice")
+        key, text = split_override(token, out)
         if key in ("variants", "families"):
             values = tuple(v.strip() for v in text.split(",") if v.strip())
             known = tuple(VARIANTS) if key == "variants" else ("encoder", "decoder")
