@@ -5,6 +5,10 @@ stay accurate where the standard ones break: past the precision cliff
 (Softmax Collapse) and as student logits approach teacher logits (Softmax
 Cancellation). `numerics.standard` holds the standard versions, `numerics.oracle`
 the mpmath references (imported on first use, so training never loads mpmath).
+
+Array arguments are array-likes: JAX or NumPy arrays, scalars, or (nested) lists, which
+take JAX's default dtype as `jnp.asarray` gives it. float64 input needs x64 enabled
+(`jax.enable_x64`); without it the functions raise rather than compute in float32.
 """
 
 import importlib
