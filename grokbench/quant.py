@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grokbench.config import ConfigError, parse_value, split_override
+from grokbench.config import ConfigError, parse_value, require, split_override
 from grokbench.quant_config import BIT_CONFIGS, QUANT_VERSION, VARIANTS, QuantConfig
 from grokbench.quant_eval import evaluate
 from grokbench.quant_train import train
@@ -136,6 +136,11 @@ def run_quant(
             except ValueError as err:
                 raise ConfigError(str(err)) from None
         corpus = corpora[key]
+        shortest = min(len(corpus.train_ids), len(corpus.val_ids))
+        require(
+            cfg.seq_len <= shortest,
+            f"seq_len {cfg.seq_len} is longer than the corpus's {shortest}-token split",
+        )
         params, train_summary = train(cfg, corpus, root, progress)
         summary = evaluate(cfg, params, corpus, root)
         eval_dir = root / "quant" / "eval" / cfg.eval_hash()

@@ -15,9 +15,9 @@ from grokbench.config import ConfigError, check_field_types, require
 from numerics import clipped_softmax_gamma
 from tasks import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
 
-__all__ = ["BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
+__all__ = ["BERT_GAMMA", "BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
 
-QUANT_VERSION = 1
+QUANT_VERSION = 2
 """Bumped when training or evaluation numbers change meaning; part of every quant hash."""
 
 VARIANTS: dict[str, tuple[str, str]] = {
@@ -47,10 +47,14 @@ def parse_bits(name: str) -> tuple[int, int]:
     return bits
 
 
-_FAMILY_DEFAULTS = {  # BERT's and OPT's recipes (the paper's section 5 / appendix C)
-    "encoder": {"b2": 0.999, "weight_decay": 0.01},
-    "decoder": {"b2": 0.95, "weight_decay": 0.1},
+_FAMILY_DEFAULTS = {  # BERT's and OPT's recipes (the paper's section 5 / appendix C and code)
+    # BERT: clipped(-.025:1), MLP gate; OPT: gamma = -alpha/T, linear gate with pi_init 0.25,
+    # LayerNorm gamma decayed in every variant.
+    "encoder": {"b2": 0.999, "weight_decay": 0.01, "pi_init": 0.5, "ln_weight_decay": False},
+    "decoder": {"b2": 0.95, "weight_decay": 0.1, "pi_init": 0.25, "ln_weight_decay": True},
 }
+BERT_GAMMA = -0.025
+"""The encoder's fixed clipped-softmax gamma, the paper's BERT scripts' `clipped(-.025:1)`."""
 
 _EVAL_FIELDS = (
     "eval_batches",
@@ -79,11 +83,10 @@ class QuantConfig:
     d_ffn: int | None = None  # None -> 4 * d_model
     seq_len: int = 64  # T (the paper's BERT uses 128, OPT 512)
     # Attention variants.
-    alpha: float = 4.0  # gamma = -alpha / T; the paper recommends alpha in [2, 4]
-    gamma: float | None = None  # explicit gamma overrides alpha (BERT-base best: -0.025)
-    zeta: float = 1.0  # upper stretch; the paper finds zeta > 1 does nothing for outliers
-    pi_init: float = 0.5  # initial gate openness; the paper's range is [0.25, 0.5]
-    gate_hidden: int = 4  # n_hid of the MLP gate (the paper's BERT-base 'MLP, n_hid = 4')
+    alpha: float = 12.0  # decoder gamma = -alpha / T (the paper's OPT scripts: alpha 12)
+    gamma: float | None = None  # < 0; None -> -0.025 (encoder, BERT scripts), -alpha/T (decoder)
+    zeta: float = 1.0  # upper stretch; the paper's code uses 1 (Table 1: zeta > 1 does nothing)
+    pi_init: float | None = None  # initial gate openness; None -> 0.5 (encoder), 0.25 (OPT)
     # Data.
     corpus: str = "pydoc"  # CPython's pydoc_data.topics, or a path to a local UTF-8 text file
     level: str = "char"  # 'char' or 'byte' tokens
@@ -96,7 +99,7 @@ class QuantConfig:
     b2: float | None = None  # None -> 0.999 (BERT) for the encoder, 0.95 (OPT) for the decoder
     eps: float = 1e-8  # AdamW default
     weight_decay: float | None = None  # None -> 0.01 (BERT) / 0.1 (OPT); matrices only
-    ln_weight_decay: bool = False  # also decay LayerNorm scales (the paper's OPT finding)
+    ln_weight_decay: bool | None = None  # decay LN scales; None -> decoder yes (OPT), encoder no
     clip_norm: float = 1.0  # global gradient-norm clipping (BERT/OPT)
     seed: int = 0  # init and data order
     # Evaluation and PTQ.
@@ -119,9 +122,12 @@ class QuantConfig:
             self.level in ("char", "byte"), f"level must be 'char' or 'byte', got {self.level!r}"
         )
         require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        require(self.gamma is None or self.gamma <= 0, f"gamma must be <= 0, got {self.gamma}")
+        require(self.gamma is None or self.gamma < 0, f"gamma must be < 0, got {self.gamma}")
         require(self.zeta >= 1, f"zeta must be >= 1, got {self.zeta}")
-        require(0 < self.pi_init < 1, f"pi_init must be in (0, 1), got {self.pi_init}")
+        require(
+            self.pi_init is None or 0 < self.pi_init < 1,
+            f"pi_init must be in (0, 1), got {self.pi_init}",
+        )
         for name in ("batch_size", "steps", "eval_batches", "calib_batches", "calib_subsets"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(self.lr > 0, f"lr must be > 0, got {self.lr}")
@@ -158,7 +164,8 @@ class QuantConfig:
             raise ConfigError(str(err)) from None
 
     def resolved(self, name: str) -> Any:
-        """A field with its default resolved: b2, weight_decay, warmup_steps, gamma, zeta.
+        """A field with its default resolved: b2, weight_decay, warmup_steps, gamma, zeta,
+        pi_init, ln_weight_decay.
 
         Softmax variants always get gamma = 0 and zeta = 1 (the plain softmax).
         """
@@ -171,6 +178,8 @@ class QuantConfig:
         if name == "warmup_steps":
             return max(1, self.steps // 20)
         if name == "gamma":
+            if self.family == "encoder":
+                return BERT_GAMMA
             return clipped_softmax_gamma(self.alpha, self.seq_len)
         return _FAMILY_DEFAULTS[self.family][name]
 
@@ -190,7 +199,6 @@ class QuantConfig:
             n_heads=self.n_heads,
             d_ffn=self.d_ffn,
             gate=self.gate,
-            gate_hidden=self.gate_hidden,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,10 +210,10 @@ class QuantConfig:
         out = {k: v for k, v in self.to_dict().items() if k not in _EVAL_FIELDS}
         if VARIANTS[self.variant][0] == "softmax":
             out["alpha"] = out["gamma"] = out["zeta"] = None  # unused without clipping
+        elif self.family == "encoder" and self.gamma is None:
+            out["alpha"] = None  # the encoder's gamma is fixed, not -alpha/T
         if self.gate == "none":
-            out["pi_init"] = out["gate_hidden"] = None
-        elif self.gate != "mlp":
-            out["gate_hidden"] = None
+            out["pi_init"] = None
         return out
 
     def train_hash(self) -> str:

@@ -133,8 +133,8 @@ def train(
     if cached is not None:
         return cached
     model = cfg.model_config(corpus.vocab_size)
-    params = quant_model_init(jax.random.key(cfg.seed), model, cfg.pi_init)
-    mask = decay_mask(params, cfg.ln_weight_decay)
+    params = quant_model_init(jax.random.key(cfg.seed), model, cfg.resolved("pi_init"))
+    mask = decay_mask(params, cfg.resolved("ln_weight_decay"))
     init_opt, chunk = _programs(
         model, tuple(sorted(mask.items())), cfg.b1, cfg.resolved("b2"), cfg.eps, cfg.clip_norm
     )

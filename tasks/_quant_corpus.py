@@ -19,6 +19,7 @@ Batches:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import pathlib
 
@@ -73,15 +74,67 @@ class Corpus:
         return mask
 
 
+SYNTHETIC_CORPORA: tuple[str, ...] = ("bigram_backcopy", "trigger_induction")
+"""Generated corpora (`synthetic_text`) where some heads have nothing to do on most tokens."""
+
+TRIGGERS = "rpx"
+"""The trigger characters of the synthetic corpora (Guo et al. 2024's Bigram-Backcopy)."""
+
+SYNTHETIC_CHARS = 400_000
+"""Length of a synthetic corpus: the issue's probes' 400k characters."""
+
+_SYNTHETIC_SEED = 2024  # the data stays fixed across model seeds, as the real text does
+
+
+def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTHETIC_SEED) -> str:
+    """A generated corpus over the 26 letters a-z, the same for the same arguments.
+
+    A bigram chain whose transition rows are Dirichlet(0.2) draws (a few likely successors
+    per letter) is followed, except right after a trigger (r, p or x):
+
+    - 'bigram_backcopy' (Guo et al. 2024): the next letter copies the one before the trigger.
+      A copying head in the first layer is needed after triggers and idle everywhere else.
+    - 'trigger_induction': the next letter is the one that followed the previous occurrence of
+      the letter before the trigger (an induction step; the letter before the trigger when it
+      has not occurred before). That takes a previous-token head in layer 0 and an induction
+      head in layer 1, so the idle head sits in a later layer and an earlier layer's FFN has
+      to write its sink feature.
+    """
+    if name not in SYNTHETIC_CORPORA:
+        raise ValueError(f"synthetic corpus must be one of {', '.join(SYNTHETIC_CORPORA)}")
+    rng = np.random.default_rng(seed)
+    cum = np.cumsum(rng.dirichlet(np.full(26, 0.2), size=26), axis=1)
+    draws = rng.random(n_chars).tolist()
+    triggers = {ord(c) - ord("a") for c in TRIGGERS}
+    rows = [row.tolist() for row in cum]
+    out = [int(rng.integers(26))]
+    follower: dict[int, int] = {}  # letter -> the letter after its latest finished occurrence
+    for i in range(1, n_chars):
+        prev = out[-1]
+        if prev in triggers and i >= 2:
+            before = out[-2]
+            letter = follower.get(before, before) if name == "trigger_induction" else before
+        else:
+            letter = min(bisect.bisect_right(rows[prev], draws[i]), 25)
+        out.append(letter)
+        if i >= 2:
+            follower[out[-3]] = out[-2]  # the pair (i-2, i-1): earlier than the current query
+    return "".join(chr(ord("a") + c) for c in out)
+
+
 def load_text(path: str | None = None) -> tuple[str, str]:
-    """(text, source): CPython's `pydoc_data.topics` (sorted by topic), or a local UTF-8 file."""
+    """(text, source): CPython's `pydoc_data.topics` (sorted by topic), a `SYNTHETIC_CORPORA`
+    name, or a local UTF-8 file."""
     if path is None or path == "pydoc":
         from pydoc_data import topics  # ships with CPython; no network
 
         return "\n\n".join(topics.topics[k] for k in sorted(topics.topics)), "pydoc_data.topics"
+    if path in SYNTHETIC_CORPORA:
+        return synthetic_text(path), path
     file = pathlib.Path(path)
     if not file.is_file():
-        raise ValueError(f"corpus file {path!r} does not exist")
+        names = ", ".join(("pydoc", *SYNTHETIC_CORPORA))
+        raise ValueError(f"corpus must be one of {names} or a UTF-8 file; got {path!r}")
     return file.read_text(encoding="utf-8"), str(file)
 
 

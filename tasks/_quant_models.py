@@ -55,14 +55,13 @@ class QuantModelConfig:
     n_heads: int = 4  # H; d_head = D / H
     d_ffn: int | None = None  # None -> 4 * d_model (BERT, OPT)
     gate: str = "none"  # 'none', 'linear' (the paper's default), 'mlp', 'all_heads'
-    gate_hidden: int = 4  # N of the MLP gate (the paper's BERT-base 'MLP, n_hid = 4')
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {self.family!r}")
         if self.gate not in GATES:
             raise ValueError(f"gate must be one of {', '.join(GATES)}; got {self.gate!r}")
-        for name in ("vocab_size", "seq_len", "n_layers", "d_model", "n_heads", "gate_hidden"):
+        for name in ("vocab_size", "seq_len", "n_layers", "d_model", "n_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
@@ -76,6 +75,12 @@ class QuantModelConfig:
     def ffn_width(self) -> int:
         """Hidden width F of the FFN."""
         return 4 * self.d_model if self.d_ffn is None else self.d_ffn
+
+    @property
+    def gate_width(self) -> int:
+        """Hidden width N of the per-head MLP gate: d_head // 4 (at least 1), fed that head's
+        slice of the layer input, as the paper's code sizes it (BERT-base: d_head 64, N 16)."""
+        return max(1, self.d_model // self.n_heads // 4)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Name -> shape of every parameter."""
@@ -92,7 +97,7 @@ class QuantModelConfig:
             shapes |= {pre + "w1": (d, f), pre + "b1": (f,), pre + "w2": (f, d), pre + "b2": (d,)}
             for ln in ("ln1", "ln2"):
                 shapes[f"{pre}{ln}.scale"], shapes[f"{pre}{ln}.bias"] = (d,), (d,)
-            gate = gate_shapes(self.gate, d, self.n_heads, self.gate_hidden)
+            gate = gate_shapes(self.gate, d, self.n_heads, self.gate_width)
             shapes |= {pre + name: shape for name, shape in gate.items()}
         shapes |= {"head.w": (d, v), "head.b": (v,)}
         return shapes
@@ -112,7 +117,16 @@ class QuantModelConfig:
 
 
 def quant_model_init(key: jax.Array, cfg: QuantModelConfig, pi_init: float = 0.5) -> dict:
-    """Parameters: weights ~ N(0, 0.02^2), biases 0, LN scale 1, gate bias logit(pi_init)."""
+    """Parameters: weights ~ N(0, 0.02^2), biases 0, LN scale 1, gate bias logit(pi_init);
+    the query and key projections ~ N(0, 1/D) (fan-in).
+
+    Why q and k differ: at width 64 with std 0.02 the attention logits have std ~0.03, every
+    probability sits at 1/T, and a clipped softmax with gamma below -1/T (BERT's -0.025 at
+    T = 64) clips whole rows to zero with zero gradient: dead from step 0. With fan-in q and
+    k, unit-variance LayerNorm inputs give unit-variance q and k entries and logits
+    q.k / sqrt(d_head) of std ~1, the premise of scaled dot-product attention, so rows start
+    unequal. BERT-base's 0.02 at width 768 gives q entries of std 0.55; fan-in is the same
+    order there. Every variant gets this init, so the comparison stays like for like."""
     return _init(key, cfg, float(pi_init))
 
 
@@ -128,12 +142,13 @@ def _init(key: jax.Array, cfg: QuantModelConfig, pi_init: float) -> dict:
             params[name] = jnp.zeros(shape, jnp.float32)
         else:
             draw = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
-            params[name] = draw * np.float32(0.02)
+            std = 1 / np.sqrt(cfg.d_model) if name.endswith((".wq", ".wk")) else 0.02
+            params[name] = draw * np.float32(std)
     if cfg.gate != "none":
         for i in range(cfg.n_layers):
             layer_key = jax.random.fold_in(jax.random.fold_in(key, 10_000), i)
             gate = gate_init(
-                layer_key, cfg.gate, cfg.d_model, cfg.n_heads, cfg.gate_hidden, pi_init
+                layer_key, cfg.gate, cfg.d_model, cfg.n_heads, cfg.gate_width, pi_init
             )
             params |= {f"l{i}.{name}": value for name, value in gate.items()}
     return params

@@ -47,7 +47,7 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
         for bits in ("w8a8", "w6a6"):
             assert len(r[f"{bits}_perplexity_runs"]) == 2
             assert r[f"{bits}_perplexity_std"] >= 0
-    assert rows[1]["gamma"] == pytest.approx(-4.0 / 16) and rows[0]["gamma"] == 0.0
+    assert rows[1]["gamma"] == -0.025 and rows[0]["gamma"] == 0.0  # BERT's clipped(-.025:1)
     on_disk = json.loads((tmp_path / "out" / "quant_table.json").read_text())
     assert on_disk["rows"] == json.loads(json.dumps(rows))
     md = (tmp_path / "out" / "quant_table.md").read_text()
@@ -81,6 +81,10 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
         ["quant", "variants=vanilla,bogus", "--out", "x"],
         ["quant", "act_range=median", "--out", "x"],
         ["quant", "variant=vanilla", "--out", "x"],
+        ["quant", "gamma=0", "--out", "x"],
+        ["quant", "pi_init=1.5", "--out", "x"],
+        ["quant", "corpus=no_such_corpus", "--out", "x"],
+        ["quant", "corpus=bigram_backcopy", "seq_len=100000", "steps=1", "--out", "x"],
     ],
 )
 def test_cli_bad_overrides_exit_2_with_one_line(argv, capsys, tmp_path):
@@ -91,19 +95,28 @@ def test_cli_bad_overrides_exit_2_with_one_line(argv, capsys, tmp_path):
 
 def test_config_defaults_hashes_and_checks():
     vanilla = QuantConfig(variant="vanilla")
-    clipped = QuantConfig(variant="clipped", seq_len=128, alpha=4.0)
+    clipped = QuantConfig(family="decoder", variant="clipped", seq_len=128)
     assert vanilla.resolved("gamma") == 0.0 and vanilla.resolved("zeta") == 1.0
-    assert clipped.resolved("gamma") == -4.0 / 128
-    assert QuantConfig(variant="clipped", gamma=-0.025).resolved("gamma") == -0.025
-    assert QuantConfig(family="decoder").resolved("b2") == 0.95
+    # The paper's code: OPT's gamma = -alpha/T with alpha 12, BERT's a fixed -0.025.
+    assert clipped.resolved("gamma") == -12.0 / 128
+    assert QuantConfig(variant="clipped", seq_len=128).resolved("gamma") == -0.025
+    assert QuantConfig(variant="clipped", gamma=-0.1).resolved("gamma") == -0.1
+    decoder = QuantConfig(family="decoder")
+    assert decoder.resolved("b2") == 0.95 and decoder.resolved("pi_init") == 0.25
+    assert decoder.resolved("ln_weight_decay") is True  # OPT decays LN gamma in every variant
     assert QuantConfig().resolved("weight_decay") == 0.01
-    # Evaluation settings do not retrain; alpha does not change a softmax model.
+    assert QuantConfig().resolved("ln_weight_decay") is False
+    # Evaluation settings do not retrain; alpha changes neither a softmax model nor the encoder.
     assert QuantConfig(bits="W8A8").train_hash() == vanilla.train_hash()
     assert QuantConfig(bits="W8A8").eval_hash() != vanilla.eval_hash()
     assert QuantConfig(alpha=2.0).train_hash() == vanilla.train_hash()
-    assert QuantConfig(variant="clipped", alpha=2.0).train_hash() != clipped.train_hash()
+    enc_clipped = QuantConfig(variant="clipped")
+    assert QuantConfig(variant="clipped", alpha=2.0).train_hash() == enc_clipped.train_hash()
+    other = QuantConfig(family="decoder", variant="clipped", seq_len=128, alpha=2.0)
+    assert other.train_hash() != clipped.train_hash()
     assert QuantConfig(lr=1).lr == 1.0 and isinstance(QuantConfig(lr=1).lr, float)
-    for bad in ({"variant": "x"}, {"bits": "W8"}, {"pi_init": 1.0}, {"steps": 0}, {"d_model": 30}):
+    bads = ({"variant": "x"}, {"bits": "W8"}, {"pi_init": 1.0}, {"pi_init": 0.0}, {"steps": 0})
+    for bad in (*bads, {"d_model": 30}, {"gamma": 0.0}, {"gamma": 0.1}):
         with pytest.raises(ConfigError):
             QuantConfig(**bad)
 

@@ -110,3 +110,49 @@ def test_gated_model_starts_with_gates_at_pi_init(gate):
     for g in gates:
         assert g.shape == (4, 12, 4)
         assert abs(float(jnp.mean(g)) - 0.25) < 0.02
+
+
+def _dead_rows(family: str, gamma: float, qk_scale: float = 1.0) -> np.ndarray:
+    """(T,) fraction of dead query rows (every probability clipped to 0) per position at init."""
+    cfg = QuantModelConfig(family=family, vocab_size=32, seq_len=64, n_layers=1, d_model=64)
+    params = quant_model_init(jax.random.key(0), cfg)
+    params |= {k: params[k] * qk_scale for k in ("l0.wq", "l0.wk")}
+    tokens = jax.random.randint(jax.random.key(1), (16, 64), 6, 32)
+    probs = []
+
+    def tap(name, x):
+        if name == "l0.probs":
+            probs.append(x)
+        return x
+
+    quant_model_apply(params, tokens, tokens * 0, cfg, gamma, 1.0, tap)
+    return np.asarray(jnp.all(probs[0] == 0, axis=-1)).mean(axis=(0, 1))
+
+
+def test_clipped_softmax_rows_are_alive_at_step_0():
+    """The fan-in init of q and k makes attention logits unequal at step 0, so BERT's
+    clipped(-.025:1) keeps every row alive at T = 64; N(0, 0.02^2) q/k kill every row."""
+    assert _dead_rows("encoder", -0.025).max() == 0.0
+    assert _dead_rows("encoder", -0.025, qk_scale=0.02 * 8).min() == 1.0  # std 0.02 at D = 64
+
+
+def test_decoder_clipped_softmax_at_alpha_12_kills_long_rows_only():
+    """OPT's gamma = -12/T at T = 64: a row of n keys has a probability >= 1/n, so rows with
+    n <= (1 - gamma) / -gamma keys never die; longer rows die where no logit stands out
+    (the causal mask shortens rows, which -alpha/T ignores: a lead on OPT's negative result)."""
+    gamma = -12 / 64
+    dead = _dead_rows("decoder", gamma)
+    safe = int((1 - gamma) / -gamma)  # 6 keys
+    assert dead[:safe].max() == 0.0
+    assert 0.0 < dead[-16:].mean() < 1.0
+
+
+def test_mlp_gate_has_d_head_over_4_units_fed_its_own_slice():
+    cfg = QuantModelConfig(vocab_size=12, seq_len=8, n_layers=1, d_model=128, gate="mlp")
+    assert cfg.param_shapes()["l0.gate.w1"] == (4, 32, 8)  # d_head 32 -> 8 hidden units
+    p = {"l0." + k: v for k, v in gate_init(jax.random.key(0), "mlp", 128, 4, 8, 0.5).items()}
+    x = jax.random.normal(jax.random.key(1), (1, 1, 128))
+    jac = jax.jacobian(lambda x: gate_logits(p, "l0.", "mlp", x))(x)  # (1, 1, H, 1, 1, D)
+    jac = np.asarray(jac).reshape(4, 4, 32)  # head, input head slice, dims
+    off_diagonal = ~np.eye(4, dtype=bool)
+    assert np.all(jac[off_diagonal] == 0.0) and np.all(np.abs(jac[~off_diagonal]).sum(-1) > 0)

@@ -1,5 +1,7 @@
 """The quant lab's corpus, batches and models: shapes, special tokens, split, taps."""
 
+import string
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +18,7 @@ from tasks import (
     quant_tap_names,
     weight_names,
 )
-from tasks._quant_corpus import BOS, CLS, MASK, SEP, SPECIAL_TOKENS
+from tasks._quant_corpus import BOS, CLS, MASK, SEP, SPECIAL_TOKENS, TRIGGERS, synthetic_text
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +119,26 @@ def test_model_shapes_taps_and_causality(family):
         assert float(delta[:7].max()) == 0.0 and float(delta[7:].min()) > 0.0
     else:  # bidirectional
         assert float(delta.min()) > 0.0
+
+
+@pytest.mark.parametrize("name", ["bigram_backcopy", "trigger_induction"])
+def test_synthetic_corpora_follow_their_rule(name):
+    text = synthetic_text(name, 20_000)
+    assert text == synthetic_text(name, 20_000) and set(text) <= set(string.ascii_lowercase)
+    assert synthetic_text(name, 20_000, seed=1) != text
+    after = [i + 1 for i in range(1, len(text) - 1) if text[i] in TRIGGERS]
+    if name == "bigram_backcopy":
+        assert all(text[i] == text[i - 2] for i in after)
+    else:  # the letter after the previous occurrence of the letter before the trigger
+        hits = 0
+        for i in after:
+            j = text.rfind(text[i - 2], 0, i - 2)
+            expected = text[j + 1] if j >= 0 else text[i - 2]
+            assert text[i] == expected
+            hits += j >= 0 and text[j + 1] != text[i - 2]
+        assert hits > len(after) // 2  # mostly not a back-copy
+    corpus = build_corpus(name)
+    assert corpus.vocab_size == len(SPECIAL_TOKENS) + 26 and corpus.source == name
+    assert len(corpus.train_ids) + len(corpus.val_ids) == 400_000
+    with pytest.raises(ValueError, match="corpus must be one of"):
+        build_corpus("no_such_corpus")
