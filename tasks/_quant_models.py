@@ -147,9 +147,7 @@ def _init(key: jax.Array, cfg: QuantModelConfig, pi_init: float) -> dict:
     if cfg.gate != "none":
         for i in range(cfg.n_layers):
             layer_key = jax.random.fold_in(jax.random.fold_in(key, 10_000), i)
-            gate = gate_init(
-                layer_key, cfg.gate, cfg.d_model, cfg.n_heads, cfg.gate_width, pi_init
-            )
+            gate = gate_init(layer_key, cfg.gate, cfg.d_model, cfg.n_heads, cfg.gate_width, pi_init)
             params |= {f"l{i}.{name}": value for name, value in gate.items()}
     return params
 
