@@ -6,7 +6,8 @@ Every file is written to a temporary name in the same directory and `os.replace`
 place, and summary.json is written last: a run directory with a summary.json is complete,
 anything else is an interrupted run and is retrained. metrics.npz is columnar: one 1-D
 array per metric (`step`-indexed columns and `test_step`-indexed ones); `metrics_frame`
-turns it into a pandas DataFrame (pandas is optional, imported only there).
+turns it into a pandas DataFrame (pandas is optional, imported only there). Other records
+(the quant lab's ROOT/quant/{train,eval}/HASH) go through `Store.write_record`/`read_record`.
 """
 
 from __future__ import annotations
@@ -166,21 +167,63 @@ class Store:
         params: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         """Write config.json, metrics.npz, params.npz if given, then summary.json (run finished)."""
-        run_dir = self.run_dir(cfg)
+        arrays = {"metrics": metrics} | ({} if params is None else {"params": params})
+        self.write_record(self.run_dir(cfg), cfg.to_dict(), arrays, summary)
+
+    def write_record(
+        self,
+        run_dir: pathlib.Path,
+        config: dict,
+        arrays: Mapping[str, Mapping[str, Any]],
+        summary: dict,
+    ) -> None:
+        """Any run's directory: config.json, NAME.npz for each of `arrays`, then summary.json.
+
+        The summary goes last and carries `config`, so `read_record` finds only finished runs.
+        Other record kinds (the quant lab's) keep their own hashes and folders under `root`.
+        """
         # An old summary.json would vouch for the files rewritten below until the new one lands.
         (run_dir / "summary.json").unlink(missing_ok=True)
-        atomic_write_json(run_dir / "config.json", cfg.to_dict())
-        atomic_write_npz(run_dir / "metrics.npz", metrics)
-        if params is not None:
-            atomic_write_npz(run_dir / "params.npz", params)
-        atomic_write_json(run_dir / "summary.json", summary)
+        atomic_write_json(run_dir / "config.json", config)
+        for name, columns in arrays.items():
+            atomic_write_npz(run_dir / f"{name}.npz", columns)
+        atomic_write_json(run_dir / "summary.json", {**summary, "config": config})
+
+    def read_record(
+        self, run_dir: pathlib.Path, config: dict, arrays: tuple[str, ...] = ()
+    ) -> tuple[dict, dict[str, dict[str, np.ndarray]]] | None:
+        """(summary, {name: columns}) of a finished record written with `config`, or None when
+        it is missing or damaged (a garbled summary, an unreadable NAME.npz): the caller redoes
+        it. A summary naming another config raises (a hash collision or a hand-edited file)."""
+        path = pathlib.Path(run_dir) / "summary.json"
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if not isinstance(summary, dict) or summary.get("config") != config:
+            if isinstance(summary, dict) and isinstance(summary.get("config"), dict):
+                raise RuntimeError(f"{path} holds a different config than its hash says")
+            return None
+        loaded = {}
+        for name in arrays:
+            columns = _read_npz(pathlib.Path(run_dir) / f"{name}.npz")
+            if columns is None:
+                return None
+            loaded[name] = columns
+        return summary, loaded
 
     def load_params(self, cfg: RunConfig) -> dict[str, np.ndarray] | None:
         """A finished run's final parameters, or None if it was not saved with them."""
         if self.load_summary(cfg) is None:
             return None
-        try:
-            with np.load(self.run_dir(cfg) / "params.npz") as npz:
-                return {name: npz[name] for name in npz.files}
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
-            return None  # missing or damaged: the caller retrains
+        return _read_npz(self.run_dir(cfg) / "params.npz")  # None if damaged: retrain
+
+
+def _read_npz(path: pathlib.Path) -> dict[str, np.ndarray] | None:
+    """Every array of an .npz, or None if it is missing or damaged (truncated, a bad CRC)."""
+    try:
+        # An open file of our own: np.load leaks its handle when the zip is unreadable.
+        with open(path, "rb") as f, np.load(f) as npz:
+            return {name: npz[name] for name in npz.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        return None

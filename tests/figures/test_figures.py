@@ -202,7 +202,7 @@ def test_fig7_and_its_claims_on_a_real_shrunken_distillation(tmp_path):
 
 
 def test_quant_figure_and_claims_on_a_tiny_lab(tmp_path, monkeypatch):
-    from grokbench import quant
+    from grokbench.quant import table as quant
 
     tiny = {
         "n_layers": 1,

@@ -2,7 +2,7 @@
 
 The engine's numbers decide every stored run, so they may move only on purpose: a change
 that moves them must bump `CONFIG_VERSION` (grokbench/config.py) or `QUANT_VERSION`
-(grokbench/quant.py), and then update the literals here, which were printed by the code
+(grokbench/quant/config.py), and then update the literals here, which were printed by the code
 itself (`float(x)` of each value). The versions are pinned too, so a bump without new
 goldens (or new goldens without a bump) fails here as well.
 
@@ -16,9 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-from grokbench import config, engine, quant, quant_train
+from grokbench import config, engine, quant
 from grokbench.quant import QuantConfig
-from tasks import build_corpus
+from grokbench.store import Store
+from tasks.quant import build_corpus
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="golden numbers are those of the XLA CPU backend"
@@ -92,7 +93,7 @@ def test_quant_training_step_is_golden(tmp_path: pathlib.Path):
         corpus=str(corpus_path),
     )
     corpus = build_corpus(cfg.corpus, cfg.level)
-    params, _ = quant_train.train(cfg, corpus, tmp_path / "results", progress=False)
+    params, _ = quant.train(cfg, corpus, Store(tmp_path / "results"), progress=False)
     with np.load(tmp_path / "results" / "quant" / "train" / cfg.train_hash() / "metrics.npz") as m:
         losses = m["train_loss"]
     norm = np.sqrt(sum(np.sum(np.square(np.asarray(v, np.float64))) for v in params.values()))

@@ -10,12 +10,22 @@ PACKAGES = ("numerics", "tasks", "grokbench")
 
 
 def _modules() -> dict[str, ast.Module]:
+    """Dotted name -> syntax tree of every module, subpackages (`tasks.quant`) included."""
     out = {}
     for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             out[name] = ast.parse(path.read_text(), str(path))
     return out
+
+
+def _packages() -> set[str]:
+    return {
+        ".".join(p.relative_to(ROOT).parent.parts)
+        for k in PACKAGES
+        for p in (ROOT / k).rglob("__init__.py")
+    }
 
 
 def _imports(tree: ast.Module) -> list[tuple[str, str | None]]:
@@ -33,7 +43,7 @@ def test_no_private_names_from_another_module():
     modules = _modules()
     bad = []
     for name, tree in modules.items():
-        package = name.split(".")[0]
+        package = name.rsplit(".", 1)[0] if name not in _packages() else name
         for module, imported in _imports(tree):
             private = imported is not None and imported.startswith("_")
             submodule = f"{module}.{imported}" in modules and module == package
@@ -51,7 +61,7 @@ def test_no_import_cycles():
             if target in modules and target != name and not name.startswith(target + "."):
                 graph[name].add(target)
     # A package's __init__ re-exports its private modules: treat the package as its members.
-    for package in PACKAGES:
+    for package in _packages():
         graph[package] = {t for t in graph[package] if not t.startswith(package + ".")}
 
     def cycle_from(start: str) -> list[str] | None:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import numerics
-from tasks import QuantModelConfig, gate_logits, quant_model_apply, quant_model_init
-from tasks._quant_attention import attention, gate_init, identity_tap, logit
+from tasks.quant import QuantModelConfig, quant_model_apply, quant_model_init
+from tasks.quant._attention import attention, gate_init, gate_logits, identity_tap, logit
 
 
 @pytest.mark.parametrize("gamma, zeta", [(-0.03, 1.0), (-0.1, 1.0), (-0.05, 1.03)])

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tasks import (
+from tasks.quant import (
     PYDOC_CHAR_VOCAB_SIZE,
     QuantModelConfig,
     build_corpus,
@@ -18,7 +18,7 @@ from tasks import (
     quant_tap_names,
     weight_names,
 )
-from tasks._quant_corpus import BOS, CLS, MASK, SEP, SPECIAL_TOKENS, TRIGGERS, synthetic_text
+from tasks.quant._corpus import BOS, CLS, MASK, SEP, SPECIAL_TOKENS, TRIGGERS, synthetic_text
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tasks import (
+from tasks.quant import (
     fake_quant_asymmetric,
     fake_quant_symmetric,
     mse_range,
     quantize_weights,
     running_minmax,
-    weight_absmax,
 )
-from tasks._quant_fakequant import asymmetric_qparams
+from tasks.quant._fakequant import asymmetric_qparams, weight_absmax
 
 
 def test_asymmetric_grid_zero_point_and_clipping():

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tasks import attention_mass, inf_norm, kurtosis, outlier_mask
+from tasks.quant import attention_mass, inf_norm, kurtosis, outlier_mask
 
 
 def test_gaussian_kurtosis_is_three():

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tasks import (
+from tasks.quant import (
     QuantModelConfig,
     build_corpus,
     lm_loss_sums,

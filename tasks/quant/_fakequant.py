@@ -18,7 +18,7 @@ more than matmul operands: the softmax output, the residual sums, the embedding 
 LayerNorm outputs, each with its own static range from calibration. Those are plain
 elementwise tensors that contraction-injection libraries skip, and our models are plain
 functions, not Flax modules. A quantize-dequantize function applied at named taps in the
-forward pass (`tasks._quant_models`) covers all of them in ~150 lines, with no new
+forward pass (`tasks.quant._models`) covers all of them in ~150 lines, with no new
 dependency; the formulas follow the paper's public code (ranges contain 0, momentum
 0.9, symmetric weights with a signed grid).
 """

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import numerics
-from tasks._quant_attention import (
+from tasks.quant._attention import (
     GATES,
     Tap,
     attention,

@@ -18,9 +18,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from tasks._quant_fakequant import fake_quant_asymmetric
-from tasks._quant_metrics import attention_mass, inf_norm, kurtosis, outlier_mask
-from tasks._quant_models import QuantModelConfig, lm_loss_sums, quant_model_apply, quant_model_init
+from tasks.quant._fakequant import fake_quant_asymmetric
+from tasks.quant._metrics import attention_mass, inf_norm, kurtosis, outlier_mask
+from tasks.quant._models import QuantModelConfig, lm_loss_sums, quant_model_apply, quant_model_init
 
 
 def quant_tap_names(cfg: QuantModelConfig) -> tuple[str, ...]:
@@ -97,7 +97,7 @@ def _histogram(x: jax.Array, lo: jax.Array, hi: jax.Array, bins: int) -> jax.Arr
 
 
 def _outlier_stats(cfg, seen, metric_names, tokens_BxT, delim_V, special_V) -> dict:
-    """Sums over the batch of every outlier statistic (`tasks._quant_metrics`)."""
+    """Sums over the batch of every outlier statistic (`tasks.quant._metrics`)."""
     v = cfg.vocab_size
     flat_tokens = tokens_BxT.reshape(-1)
     stats: dict = {

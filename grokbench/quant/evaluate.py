@@ -2,11 +2,11 @@
 
 Floating point: perplexity exp(mean cross-entropy) over fixed validation batches (MLM:
 the masked positions; causal LM: every position), and the outlier statistics of
-`tasks._quant_metrics` on the same batches.
+`tasks.quant._metrics` on the same batches.
 
 PTQ (the paper's setup): weights symmetric per-tensor (min-max or MSE grid search),
 every matrix but the head; activations asymmetric per-tensor at every tap of
-`tasks.quant_tap_names` with static ranges from `calib_batches` training batches
+`tasks.quant.quant_tap_names` with static ranges from `calib_batches` training batches
 (running min-max with momentum 0.9, or per-batch percentiles with the same running
 average, or MSE on a histogram). Calibration runs the weight-quantized model with float
 activations. Repeated on `calib_subsets` random subsets of the training data; the
@@ -15,7 +15,6 @@ perplexity is reported as mean and standard deviation (ddof = 0) over the subset
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 
@@ -23,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grokbench.quant_config import QuantConfig, parse_bits
-from grokbench.quant_train import train_batches
-from grokbench.store import atomic_write_json, atomic_write_npz
-from tasks import (
+from grokbench.quant.config import QuantConfig, parse_bits
+from grokbench.quant.train import train_batches
+from grokbench.store import Store
+from tasks.quant import (
     Corpus,
     QuantModelConfig,
     make_quant_probe,
@@ -217,24 +216,20 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
     return fields, arrays
 
 
-def _eval_dir(root: pathlib.Path, cfg: QuantConfig) -> pathlib.Path:
-    return pathlib.Path(root) / "quant" / "eval" / cfg.eval_hash()
+def _eval_dir(store: Store, cfg: QuantConfig) -> pathlib.Path:
+    return store.root / "quant" / "eval" / cfg.eval_hash()
 
 
-def load_evaluation(root: pathlib.Path, cfg: QuantConfig) -> dict | None:
-    """The stored evaluation summary of `cfg`, or None."""
-    path = _eval_dir(root, cfg) / "summary.json"
-    if not path.is_file():
-        return None
-    summary = json.loads(path.read_text())
-    if summary.get("config") != cfg.to_dict():
-        raise RuntimeError(f"{path} holds a different config than its hash says")
-    return summary
+def load_evaluation(store: Store, cfg: QuantConfig) -> dict | None:
+    """The stored evaluation summary of `cfg`, or None (missing or damaged)."""
+    record = store.read_record(_eval_dir(store, cfg), cfg.to_dict(), ("analysis",))
+    return None if record is None else record[0]
 
 
-def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, root: pathlib.Path) -> dict:
-    """FP and PTQ evaluation of `cfg`'s trained `params` (or the stored result)."""
-    cached = load_evaluation(root, cfg)
+def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, store: Store) -> dict:
+    """FP and PTQ evaluation of `cfg`'s trained `params` (or the stored result); the summary's
+    `analysis` names the record's analysis.npz (per-layer arrays for the figures)."""
+    cached = load_evaluation(store, cfg)
     if cached is not None:
         return cached
     start = time.perf_counter()
@@ -275,14 +270,13 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, root: pathlib.Path)
         fields[col + "_std"] = float(np.std(runs))
         fields[col + "_runs"] = runs
         fields[col + "_weight_range"] = method
+    run_dir = _eval_dir(store, cfg)
     summary = {
-        "config": cfg.to_dict(),
         "family": cfg.family,
         "variant": cfg.variant,
         **fields,
         "eval_seconds": time.perf_counter() - start,
+        "analysis": str((run_dir / "analysis.npz").resolve()),  # for figures from any cwd
     }
-    run_dir = _eval_dir(root, cfg)
-    atomic_write_npz(run_dir / "analysis.npz", arrays)
-    atomic_write_json(run_dir / "summary.json", summary)
-    return summary
+    store.write_record(run_dir, cfg.to_dict(), {"analysis": arrays}, summary)
+    return {**summary, "config": cfg.to_dict()}

@@ -1,7 +1,7 @@
 """The quant lab's run config: `QuantConfig`, its variants and bit widths, and its hashes.
 
 One `QuantConfig` is one trained model and its PTQ evaluation (`grokbench.quant` runs it,
-`grokbench.quant_train` trains it, `grokbench.quant_eval` evaluates it).
+`grokbench.quant.train` trains it, `grokbench.quant.evaluate` evaluates it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from grokbench.config import ConfigError, check_field_types, require
 from numerics import clipped_softmax_gamma
-from tasks import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
+from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
 
 __all__ = ["BERT_GAMMA", "BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
 
@@ -189,7 +189,7 @@ class QuantConfig:
         return VARIANTS[self.variant][1]
 
     def model_config(self, vocab_size: int) -> QuantModelConfig:
-        """The architecture for `tasks.quant_model_apply`."""
+        """The architecture for `tasks.quant.quant_model_apply`."""
         return QuantModelConfig(
             family=self.family,
             vocab_size=vocab_size,

@@ -1,4 +1,4 @@
-"""The quantization lab (Bondarenko et al. 2023): train the attention variants, measure, PTQ.
+"""The quant lab's recipe and table: train the attention variants, measure, PTQ.
 
 `run_quant(quick, out, overrides)` trains (cached) every variant of the encoder and the
 decoder, evaluates floating-point perplexity and the outlier metrics, simulates W8A8,
@@ -16,17 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grokbench.config import ConfigError, parse_value, require, split_override
-from grokbench.quant_config import BIT_CONFIGS, QUANT_VERSION, VARIANTS, QuantConfig
-from grokbench.quant_eval import evaluate
-from grokbench.quant_train import train
-from grokbench.store import atomic_write_bytes, atomic_write_json, default_root
+from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig
+from grokbench.quant.evaluate import evaluate
+from grokbench.quant.train import train
+from grokbench.store import Store, atomic_write_bytes, atomic_write_json
 from grokbench.tables import fmt
-from tasks import build_corpus
+from tasks.quant import build_corpus
 
 __all__ = [
-    "QUANT_VERSION",
-    "VARIANTS",
-    "QuantConfig",
+    "QUICK",
     "format_markdown",
     "parse_quant_overrides",
     "quant_configs",
@@ -93,8 +91,8 @@ def quant_configs(
     return [QuantConfig(family=f, variant=v, **base) for f in families for v in variants]
 
 
-def _row(summary: dict, train_summary: dict, cfg: QuantConfig, eval_dir: pathlib.Path) -> dict:
-    row = {
+def _row(summary: dict, train_summary: dict, cfg: QuantConfig) -> dict:
+    return {
         "family": cfg.family,
         "variant": cfg.variant,
         "label": _LABELS[cfg.variant],
@@ -102,9 +100,7 @@ def _row(summary: dict, train_summary: dict, cfg: QuantConfig, eval_dir: pathlib
         **{k: v for k, v in summary.items() if k not in ("config", "family", "variant")},
         "final_train_loss": train_summary["final_train_loss"],
         "train_seconds": train_summary["train_seconds"],
-        "analysis": str((eval_dir / "analysis.npz").resolve()),  # for figures from any cwd
     }
-    return row
 
 
 def run_quant(
@@ -122,7 +118,7 @@ def run_quant(
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_quant_overrides(list(overrides))
     configs = quant_configs(quick, overrides)
-    root = default_root() if results is None else pathlib.Path(results)
+    store = Store(results)
     start = time.perf_counter()
     corpora: dict[tuple[str, str], Any] = {}
     rows = []
@@ -141,10 +137,8 @@ def run_quant(
             cfg.seq_len <= shortest,
             f"seq_len {cfg.seq_len} is longer than the corpus's {shortest}-token split",
         )
-        params, train_summary = train(cfg, corpus, root, progress)
-        summary = evaluate(cfg, params, corpus, root)
-        eval_dir = root / "quant" / "eval" / cfg.eval_hash()
-        rows.append(_row(summary, train_summary, cfg, eval_dir))
+        params, train_summary = train(cfg, corpus, store, progress)
+        rows.append(_row(evaluate(cfg, params, corpus, store), train_summary, cfg))
     table = {
         "quick": quick,
         "configs": [c.to_dict() for c in configs],

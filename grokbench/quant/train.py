@@ -1,8 +1,9 @@
 """Training of the quant-lab models: one jitted `lax.scan` chunk at a time, cached in the store.
 
-A trained model is stored under ROOT/quant/train/HASH (HASH of the training fields of its
-`QuantConfig`): config.json, params.npz, metrics.npz (the per-step training loss) and
-summary.json, written atomically, summary last. A finished config is loaded, not retrained.
+A trained model is a `Store` record under ROOT/quant/train/HASH (HASH of the training fields
+of its `QuantConfig`): config.json, params.npz, metrics.npz (the per-step training loss) and
+summary.json, written atomically, summary last. A finished config is loaded, not retrained;
+a damaged one (unreadable params) is trained again.
 Variants that share an architecture (vanilla and clipped softmax: gamma is an array)
 share one compiled training program.
 """
@@ -10,7 +11,6 @@ share one compiled training program.
 from __future__ import annotations
 
 import functools
-import json
 import pathlib
 import time
 
@@ -21,9 +21,9 @@ import optax
 from tqdm.auto import tqdm
 
 from grokbench.optimizers import add_decayed_weights, scale_by_adam
-from grokbench.quant_config import QuantConfig
-from grokbench.store import atomic_write_json, atomic_write_npz
-from tasks import (
+from grokbench.quant.config import QuantConfig
+from grokbench.store import Store
+from tasks.quant import (
     Corpus,
     QuantModelConfig,
     decay_mask,
@@ -107,29 +107,24 @@ def train_batches(
     ]
 
 
-def _run_dir(root: pathlib.Path, cfg: QuantConfig) -> pathlib.Path:
-    return pathlib.Path(root) / "quant" / "train" / cfg.train_hash()
+def _run_dir(store: Store, cfg: QuantConfig) -> pathlib.Path:
+    return store.root / "quant" / "train" / cfg.train_hash()
 
 
-def load_params(root: pathlib.Path, cfg: QuantConfig) -> tuple[dict, dict] | None:
-    """(params, summary) of a finished training run of `cfg`, or None."""
-    run_dir = _run_dir(root, cfg)
-    path = run_dir / "summary.json"
-    if not path.is_file():
+def load_params(store: Store, cfg: QuantConfig) -> tuple[dict, dict] | None:
+    """(params, summary) of a finished training run of `cfg`, or None (missing or damaged)."""
+    record = store.read_record(_run_dir(store, cfg), cfg.train_dict(), ("params",))
+    if record is None:
         return None
-    summary = json.loads(path.read_text())
-    if summary.get("config") != cfg.train_dict():
-        raise RuntimeError(f"{path} holds a different config than its hash says")
-    with np.load(run_dir / "params.npz") as npz:
-        params = {name: jnp.asarray(npz[name]) for name in npz.files}
-    return params, summary
+    summary, arrays = record
+    return {name: jnp.asarray(w) for name, w in arrays["params"].items()}, summary
 
 
 def train(
-    cfg: QuantConfig, corpus: Corpus, root: pathlib.Path, progress: bool = True
+    cfg: QuantConfig, corpus: Corpus, store: Store, progress: bool = True
 ) -> tuple[dict, dict]:
     """Train `cfg` (or load it from the store): (params, summary)."""
-    cached = load_params(root, cfg)
+    cached = load_params(store, cfg)
     if cached is not None:
         return cached
     model = cfg.model_config(corpus.vocab_size)
@@ -168,14 +163,12 @@ def train(
         raise FloatingPointError(f"{cfg.family}/{cfg.variant}: training loss is not finite")
     tail = loss_curve[-max(1, len(loss_curve) // 20) :]
     summary = {
-        "config": cfg.train_dict(),
         "final_train_loss": float(np.mean(tail)),  # mean over the last 5% of steps
         "train_seconds": seconds,
     }
-    run_dir = _run_dir(root, cfg)
-    atomic_write_json(run_dir / "config.json", cfg.train_dict())
-    atomic_write_npz(run_dir / "params.npz", params)
     steps = np.arange(1, len(loss_curve) + 1)
-    atomic_write_npz(run_dir / "metrics.npz", {"step": steps, "train_loss": loss_curve})
-    atomic_write_json(run_dir / "summary.json", summary)
-    return params, summary
+    metrics = {"step": steps, "train_loss": loss_curve}
+    store.write_record(
+        _run_dir(store, cfg), cfg.train_dict(), {"params": params, "metrics": metrics}, summary
+    )
+    return params, {**summary, "config": cfg.train_dict()}

@@ -1,0 +1,23 @@
+"""The quantization lab (Bondarenko et al. 2023): train the attention variants, measure, PTQ.
+
+Modules, each importing only the ones before it: `config` (`QuantConfig`, its variants,
+bit widths and hashes), `train` (cached training), `evaluate` (perplexity, outlier metrics,
+simulated PTQ), `table` (`run_quant`: the recipe, quant_table.json and .md). Runs live in
+the harness's `grokbench.store.Store` under ROOT/quant/{train,eval}/HASH.
+"""
+
+from grokbench.quant.config import BERT_GAMMA as BERT_GAMMA
+from grokbench.quant.config import BIT_CONFIGS as BIT_CONFIGS
+from grokbench.quant.config import QUANT_VERSION as QUANT_VERSION
+from grokbench.quant.config import VARIANTS as VARIANTS
+from grokbench.quant.config import QuantConfig as QuantConfig
+from grokbench.quant.config import parse_bits as parse_bits
+from grokbench.quant.evaluate import evaluate as evaluate
+from grokbench.quant.evaluate import load_evaluation as load_evaluation
+from grokbench.quant.table import QUICK as QUICK
+from grokbench.quant.table import format_markdown as format_markdown
+from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides
+from grokbench.quant.table import quant_configs as quant_configs
+from grokbench.quant.table import run_quant as run_quant
+from grokbench.quant.train import load_params as load_params
+from grokbench.quant.train import train as train
