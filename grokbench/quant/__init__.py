@@ -14,6 +14,7 @@ from grokbench.quant.config import QuantConfig as QuantConfig
 from grokbench.quant.config import parse_bits as parse_bits
 from grokbench.quant.evaluate import evaluate as evaluate
 from grokbench.quant.evaluate import load_evaluation as load_evaluation
+from grokbench.quant.table import DEFAULT_VARIANTS as DEFAULT_VARIANTS
 from grokbench.quant.table import QUICK as QUICK
 from grokbench.quant.table import format_markdown as format_markdown
 from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides

@@ -70,14 +70,27 @@ _EVAL_FIELDS = (
 
 @dataclasses.dataclass(frozen=True)
 class QuantConfig:
-    """One quant-lab run: model, variant, training and PTQ evaluation (defaults: full recipe)."""
+    """One quant-lab run: model, variant, training and PTQ evaluation (defaults: full recipe).
+
+    Why the default recipe is what it is (chosen from the paper's code and the mechanism, before
+    its table was seen, and kept whatever the table shows):
+
+    - Data: Bigram-Backcopy (Guo et al. 2024). Outliers come from heads that must do nothing
+      on most tokens (the paper's section 3); on this text the copying head is needed only
+      after the three triggers, so it is idle on ~88% of positions from the first steps, which
+      CPython's docs never made a head be in the first CPU probe.
+    - Model: 2 layers (Guo et al. get sinks with 1-3), width 64, 4 heads, T 64: the smallest
+      stack where one layer's FFN feeds the next layer's heads, at minutes per run on 2 cores.
+    - Optimiser: the paper's AdamW recipes (BERT: b2 0.999, wd 0.01; OPT: b2 0.95, wd 0.1 with
+      LayerNorm gamma decayed), warmup then linear decay, clipping 1.0, at a peak lr of 3e-3
+      (the issue's probe; a width-64 model takes a larger rate than BERT-base's 1e-4), 2,000
+      steps (the 20-minute budget for six runs on a shared 2-core machine).
+    """
 
     # Model.
     family: str = "encoder"  # 'encoder' (BERT-like MLM, post-LN) or 'decoder' (OPT-like, pre-LN)
     variant: str = "vanilla"  # a key of VARIANTS
-    # The full recipe is the largest setting measured (docs/quant.md): 4 layers as the first CPU
-    # probe, at half its width and length so a run takes minutes, not an hour, on 2 cores.
-    n_layers: int = 4  # the first CPU probe's 4-layer encoder (docs/recipes.md)
+    n_layers: int = 2  # the smallest stack where layer 0's FFN feeds layer 1's heads
     d_model: int = 64  # d_head 16
     n_heads: int = 4
     d_ffn: int | None = None  # None -> 4 * d_model
@@ -88,12 +101,12 @@ class QuantConfig:
     zeta: float = 1.0  # upper stretch; the paper's code uses 1 (Table 1: zeta > 1 does nothing)
     pi_init: float | None = None  # initial gate openness; None -> 0.5 (encoder), 0.25 (OPT)
     # Data.
-    corpus: str = "pydoc"  # CPython's pydoc_data.topics, or a path to a local UTF-8 text file
+    corpus: str = "bigram_backcopy"  # a SYNTHETIC_CORPORA name, 'pydoc', or a UTF-8 file path
     level: str = "char"  # 'char' or 'byte' tokens
     # Training (AdamW, warmup then linear decay, gradient clipping: BERT/OPT).
     batch_size: int = 32  # sequences per step
-    steps: int = 2000  # the first CPU probe's loss flattened by ~500 steps; outliers need longer
-    lr: float = 1e-3  # peak learning rate (small models take larger rates than BERT's 1e-4)
+    steps: int = 2000  # six runs in ~20 minutes on 2 shared cores
+    lr: float = 3e-3  # peak learning rate (the issue's probe; small models take larger rates)
     warmup_steps: int | None = None  # None -> 5% of steps
     b1: float = 0.9  # BERT/OPT
     b2: float | None = None  # None -> 0.999 (BERT) for the encoder, 0.95 (OPT) for the decoder

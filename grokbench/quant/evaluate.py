@@ -141,6 +141,8 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
     model, corpus = runner.model, runner.corpus
     ce = w = 0.0
     inf: dict[str, list] = {n: [] for n in model.metric_taps()}
+    first: dict[str, list] = {n: [] for n in model.metric_taps()}
+    rest: dict[str, list] = {n: [] for n in model.metric_taps()}
     kurt: dict[str, list] = {n: [] for n in model.metric_taps()}
     sums: dict[str, np.ndarray] = {}
     example = None
@@ -150,6 +152,8 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
         w += float(out["w_sum"])
         for n in inf:
             inf[n].extend(np.asarray(out["inf_norm"][n]).tolist())
+            first[n].extend(np.asarray(out["inf_norm_first"][n]).tolist())
+            rest[n].extend(np.asarray(out["inf_norm_rest"][n]).tolist())
             kurt[n].extend(np.asarray(out["kurtosis"][n]).tolist())
         for key in (
             "outlier_dims",
@@ -185,6 +189,10 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
         "avg_kurtosis": float(np.mean(list(kurt_avg.values()))),
         "max_kurtosis": max(kurt_avg.values()),
         "inf_norm_by_tensor": inf_avg,
+        # The same per-sample inf-norm over position 0 ([BOS]/[CLS]) only and over the rest.
+        "inf_norm_first_position_by_tensor": {n: float(np.mean(v)) for n, v in first.items()},
+        "inf_norm_other_positions_by_tensor": {n: float(np.mean(v)) for n, v in rest.items()},
+        "special_attention_by_layer": [float(x) for x in special_attn.mean(axis=1)],
         "kurtosis_by_tensor": kurt_avg,
         "outliers_per_token_position": float(total_out.sum() / tokens.sum()),
         "outlier_share_on_delimiters": [

@@ -141,7 +141,7 @@ def test_overrides_and_recipe_expansion():
         ("decoder", "clipped", 10),
     ]
     assert configs[0].d_model == quant.QUICK["d_model"]
-    assert len(quant_configs()) == 2 * len(quant.VARIANTS)
+    assert len(quant_configs()) == 2 * len(quant.DEFAULT_VARIANTS)
     with pytest.raises(ConfigError):
         parse_quant_overrides(["steps=1", "steps=2"])
 
@@ -151,7 +151,7 @@ def test_quick_recipe_runs_in_minutes(tmp_path):
     """`grokbench quant --quick`: both families, every variant, under ~4 minutes here."""
     start = time.perf_counter()
     table = run_quant(True, tmp_path / "out", None, results=tmp_path / "results", progress=False)
-    assert len(table["rows"]) == 2 * len(quant.VARIANTS)
+    assert len(table["rows"]) == 2 * len(quant.DEFAULT_VARIANTS)
     assert time.perf_counter() - start < 300
 
 
