@@ -156,7 +156,8 @@ def _label(family: str, variant: str, r: dict | None) -> str:
     """The variant's name; the decoder gate says where its pi_init differs from the paper's."""
     name = r["label"] if r else variant
     want = paper.QUANT_PAPER_PI_INIT.get(family)
-    if r and want is not None and variant.startswith("gated") and r.get("pi_init") != want:
+    have = r.get("pi_init") if r else None
+    if have is not None and want is not None and variant.startswith("gated") and have != want:
         name += f" (pi_init {r['pi_init']:g}; the paper's {want:g})"
     return name
 
