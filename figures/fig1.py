@@ -173,6 +173,11 @@ def draw_fig1b(ctx: Context) -> list:
 # --- the report's claims (Sec. 1-3, Fig. 1) -----------------------------------------------------
 
 
+def _show(x: float, dtype) -> str:
+    """The shortest decimal that is x in `dtype`."""
+    return np.format_float_positional(np.asarray(x, dtype), unique=True)
+
+
 def cliff_row(claim: str, paper: Number, dtype, first: float, what: str) -> Row:
     """A cliff measured in `dtype`: it lies between `first` (the first m where `what` is 0) and
     the dtype's value below it; it holds when that interval meets the paper's tolerance."""
@@ -181,8 +186,8 @@ def cliff_row(claim: str, paper: Number, dtype, first: float, what: str) -> Row:
         claim=claim,
         source=paper.where,
         paper=paper.stated,
-        ours=f"{what} == 0 from m = {first:.4f} on, not at the {np.dtype(dtype).name} value "
-        f"below it, {last:.4f}",
+        ours=f"{what} == 0 from m = {_show(first, dtype)} on, not at the {np.dtype(dtype).name} "
+        f"value below it, {_show(last, dtype)}",
         tolerance=f"{paper.tolerance}, met by the interval",
         ok=last <= paper.value + paper.tol and first >= paper.value - paper.tol,
     )

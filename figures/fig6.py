@@ -80,7 +80,8 @@ def claims(evidence: Evidence) -> list[Row]:
         group, group_full = evidence.runs(recipe), evidence.runs(recipe, full=True)
         why, why_full = evidence.why(recipe), evidence.why(recipe, full=True)
         std32 = select(group, precision="fp32", loss="standard")
-        spikes = [r.summary["spikes"] for r in std32]
+        hit = [r for r in std32 if np.max(r.metrics["frac_past_cliff"]) > 0]  # reached c32
+        spikes = [r.summary["spikes"] for r in hit]
         fix32 = select(group_full, precision="fp32", loss="fixed")
         std64 = select(group_full, precision="fp64", loss="standard")
         f_acc = mean_std(r.summary["test_accuracy"] for r in fix32)

@@ -318,6 +318,7 @@ def _fig6(good: bool):
                 loss=loss,
                 spikes=int(good) if (p, loss) == ("fp32", "standard") else 0,
                 test_accuracy=1.0 if good or p == "fp64" else 0.9,
+                metrics={"frac_past_cliff": np.array([0.0, 0.5])},
             )
             for p, loss, *_ in fig6.VARIANTS
         ]
@@ -449,6 +450,21 @@ def test_quant_claims_hold_fail_need_data_and_premise():
     rows = quant.claims(Evidence("quick", quant=table))
     close = [r for r in rows if "close to FP" in r.claim]
     assert close and all(r.status == "not tested" and "premise" in r.note for r in close)
+    # Where vanilla has no outliers, "cuts the outliers" is not tested either.
+    for r in table["rows"]:
+        r["max_inf_norm"] = 3.0
+    rows = quant.claims(Evidence("quick", quant=table))
+    cuts = [r for r in rows if " cuts the " in r.claim]
+    assert cuts and all(r.status == "not tested" and "premise" in r.note for r in cuts)
+
+
+def test_fig6_spikes_only_once_c32_is_reached():
+    runs = _fig6(True)
+    for group in runs.values():
+        for r in group:
+            r.__dict__["metrics"] = {"frac_past_cliff": np.zeros(2)}
+    rows = [r for r in fig6.claims(Evidence("quick", runs)) if "spikes" in r.claim]
+    assert len(rows) == 4 and all("premise not met" in r.note for r in rows)
 
 
 def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
