@@ -32,6 +32,7 @@ from figures.paper import (
     ACCURATE_ULPS,
     CLIFFS,
     EXAMPLE_DIGITS,
+    EXAMPLE_TOLERANCE,
     EXAMPLE_WHERE,
     FIX,
     SEC2_EXAMPLE,
@@ -39,6 +40,7 @@ from figures.paper import (
     SLOWDOWN,
     UNDERFLOW_FP32,
     Number,
+    same_digits,
 )
 from numerics import oracle, standard
 
@@ -175,7 +177,7 @@ def draw_fig1b(ctx: Context) -> list:
 
 def _show(x: float, dtype) -> str:
     """The shortest decimal that is x in `dtype`."""
-    return np.format_float_positional(np.asarray(x, dtype), unique=True)
+    return np.format_float_positional(np.asarray(x, dtype)[()], unique=True)
 
 
 def cliff_row(claim: str, paper: Number, dtype, first: float, what: str) -> Row:
@@ -308,23 +310,19 @@ def _example_rows() -> list[Row]:
         for loss in impl
     ] + [(3, loss, {"grad": soft[loss]}, {"grad": SEC3_EXAMPLE[loss]}) for loss in soft]
     for section, loss, measured, paper in cases:
-        number = Number(
-            value=0.0, stated="", where=EXAMPLE_WHERE[section], rule="digits", tol=EXAMPLE_DIGITS
-        )
         got = {q: [float(x) for x in np.asarray(v, np.float64)] for q, v in measured.items()}
-        same = all(
-            Number(value=p, stated="", where="", rule="digits", tol=EXAMPLE_DIGITS).holds(x)
-            for q in paper
-            for p, x in zip(paper[q], got[q], strict=True)
-        )
         rows.append(
             claim_row(
                 claim=f"Sec. {section} worked example, {loss} ({', '.join(paper)}, fp32)",
-                source=number.where,
+                source=EXAMPLE_WHERE[section],
                 paper="; ".join(f"{q} {list(v)}" for q, v in paper.items()),
                 ours="; ".join(f"{q} [{', '.join(f'{x:.4g}' for x in v)}]" for q, v in got.items()),
-                tolerance=number.tolerance,
-                ok=same,
+                tolerance=EXAMPLE_TOLERANCE,
+                ok=all(
+                    same_digits(p, x, EXAMPLE_DIGITS)
+                    for q in paper
+                    for p, x in zip(paper[q], got[q], strict=True)
+                ),
             )
         )
     return rows

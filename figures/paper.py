@@ -38,6 +38,7 @@ __all__ = [
     "QT",
     "Number",
     "accuracy_tolerance",
+    "same_digits",
 ]
 
 FIX = "Fix paper"
@@ -68,7 +69,7 @@ class Number:
         if self.rule == "order":
             return x > 0 and round(math.log10(x)) == round(math.log10(self.value))
         if self.rule == "digits":
-            return _digits(x, int(self.tol)) == _digits(self.value, int(self.tol))
+            return same_digits(self.value, x, int(self.tol))
         raise ValueError(f"unknown rule {self.rule!r}")
 
     @property
@@ -84,8 +85,13 @@ class Number:
         return f"{text} ({self.why})" if self.why else text
 
 
-def _digits(x: float, n: int) -> str:
-    return "0" if x == 0 else f"{x:.{n - 1}e}"
+def same_digits(paper: float, ours: float, n: int) -> bool:
+    """Whether `ours` printed to n significant digits is the paper's printed value."""
+
+    def show(x: float) -> str:
+        return "0" if x == 0 else f"{x:.{n - 1}e}"
+
+    return show(ours) == show(paper)
 
 
 def rounded(value: float, stated: str, where: str, decimals: int, why: str = "") -> Number:
@@ -159,6 +165,7 @@ SEC3_EXAMPLE = {
 """Sec. 3's worked example, printed to 4 significant digits."""
 
 EXAMPLE_DIGITS = 4
+EXAMPLE_TOLERANCE = "equal to 4 significant digits (the paper prints 4)"
 EXAMPLE_WHERE = {2: f"{FIX}, Sec. 2 (worked example)", 3: f"{FIX}, Sec. 3 (worked example)"}
 
 # --- Fix paper: Sections 4-7 -----------------------------------------------------------------
