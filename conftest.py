@@ -1,4 +1,4 @@
-"""Strict JAX for every test and doctest (STYLE.md 12).
+"""Strict JAX for every test and doctest (docs/style.md 12).
 
 Two host devices so sharding paths run on a laptop; dtype promotion strict and
 rank promotion raising, so an accidental upcast or broadcast is a test failure,

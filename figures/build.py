@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from figures._common import Context
 from grokbench.store import Store
 
-__all__ = ["FIGURES", "build", "resolve"]
+__all__ = ["ALIASES", "FIGURES", "build", "resolve"]
 
 FIGURES: dict[str, tuple[str, str]] = {
     "fig1a": ("figures.fig1", "draw_fig1a"),
@@ -34,17 +34,18 @@ FIGURES: dict[str, tuple[str, str]] = {
 }
 """Every figure/table by name -> (module, function taking a Context, returning paths)."""
 
-_ALIASES = {"fig1": ("fig1a", "fig1b")}
+ALIASES: dict[str, tuple[str, ...]] = {"fig1": ("fig1a", "fig1b")}
+"""Names that stand for several figures."""
 
 
 def resolve(names: Sequence[str]) -> list[str]:
     """Figure names in canonical order (all if none given); ValueError names unknown ones."""
     wanted: list[str] = []
     for name in names:
-        wanted.extend(_ALIASES.get(name, (name,)))
+        wanted.extend(ALIASES.get(name, (name,)))
     unknown = sorted(set(wanted) - set(FIGURES))
     if unknown:
-        known = ", ".join([*FIGURES, *_ALIASES])
+        known = ", ".join([*FIGURES, *ALIASES])
         raise ValueError(f"unknown figure(s) {', '.join(unknown)}; known: {known}")
     return [n for n in FIGURES if not wanted or n in wanted]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import matplotlib.ticker
 import ml_dtypes
 import numpy as np
 import optax
@@ -112,26 +113,37 @@ def draw_fig1a(ctx: Context) -> list:
             mag = -g[loss]
             ax.plot(m, np.where(mag > 0, mag, np.nan), color=LOSS_COLORS[loss], label=loss)
             zero = m[mag == 0]
-            if zero.size:  # exactly-zero gradients, drawn on the bottom edge
-                ax.plot(
-                    zero,
-                    np.full(zero.shape, tiny),
-                    "|",
-                    color=LOSS_COLORS[loss],
-                    markersize=6,
-                    alpha=0.6,
-                    label=f"{loss}: exactly 0",
-                )
+            if zero.size:  # exactly-zero gradients: a log axis has no 0, so a band on its edge
+                ax.plot(zero[[0, -1]], [tiny, tiny], color=LOSS_COLORS[loss], linewidth=4)
+        # The point of the panel: past the cliff the standard gradient is exactly 0.
+        std_zero = m[-g["standard"] == 0]
+        if std_zero.size:
+            ax.axvspan(std_zero[0], hi, color=LOSS_COLORS["standard"], alpha=0.08, linewidth=0)
+            ax.text(
+                0.7,
+                0.62,
+                "shaded: standard\ngradient exactly 0\n(band on the axis)",
+                transform=ax.transAxes,
+                color=LOSS_COLORS["standard"],
+                ha="center",
+                va="center",
+                fontsize=7,
+            )
         mark_cliffs(
             ax, {f"c = {numerics.precision_cliff(dtype):.1f}": numerics.precision_cliff(dtype)}
         )
         ax.set_yscale("log")
         ax.set_ylim(tiny, 1.5)
+        # Decades 10 or 100 apart: fp64's range spans 324 of them.
+        decades = -np.log10(tiny)
+        step = 100 if decades > 100 else 10
+        ax.set_yticks(10.0 ** -np.arange(0, decades, step))
+        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlim(0, hi)
         ax.set_title(f"{name}: target-logit gradient")
         ax.set_xlabel("logit margin m")
     axes[0, 0].set_ylabel("|dL/dz_t|")
-    axes[0, 0].legend(loc="lower left")
+    axes[0, 2].legend(loc="upper right")
     return save(fig, ctx, "fig1a")
 
 

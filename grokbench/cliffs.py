@@ -103,18 +103,36 @@ def measure(dtype_name: str) -> CliffRow:
 
 
 def format_table(rows: list[CliffRow]) -> str:
-    """Render rows as a fixed-width text table."""
-    header = (
-        f"{'dtype':<9} {'p':>3} {'cliff p*ln2':>11} {'std g_t=0 from':>14} "
-        f"{'std loss=0 from':>15} {'fixed g_t=0 from':>16} {'fixed g_t at cliff':>18} "
-        f"{'mpmath g_t':>11}"
-    )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
-            f"{r.dtype:<9} {r.significand_bits:>3} {r.cliff:>11.4f} "
-            f"{r.standard_grad_zero_from:>14.6g} {r.standard_loss_zero_from:>15.6g} "
-            f"{r.fixed_grad_zero_from:>16.6g} {r.fixed_grad_at_cliff:>18.4e} "
-            f"{r.true_grad_at_cliff:>11.4e}"
-        )
+    """Render rows as a fixed-width text table, columns two spaces apart."""
+    header = [
+        "dtype",
+        "p",
+        "cliff p*ln2",
+        "std g_t=0 from",
+        "std loss=0 from",
+        "fixed g_t=0 from",
+        "fixed g_t at cliff",
+        "mpmath g_t",
+    ]
+    cells = [
+        [
+            r.dtype,
+            str(r.significand_bits),
+            f"{r.cliff:.4f}",
+            f"{r.standard_grad_zero_from:.6g}",
+            f"{r.standard_loss_zero_from:.6g}",
+            f"{r.fixed_grad_zero_from:.6g}",
+            f"{r.fixed_grad_at_cliff:.4e}",
+            f"{r.true_grad_at_cliff:.4e}",
+        ]
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
+
+    def line(values: list[str]) -> str:  # the dtype left-aligned, numbers right-aligned
+        first, *rest = values
+        padded = [v.rjust(w) for v, w in zip(rest, widths[1:], strict=True)]
+        return "  ".join([first.ljust(widths[0]), *padded])
+
+    lines = [line(header), "-" * len(line(header)), *(line(c) for c in cells)]
     return "\n".join(lines)

@@ -114,7 +114,8 @@ class RunConfig:
         _check_choice("loss", self.loss, LOSSES)
         _check_choice("activation", self.activation, ACTIVATIONS)
         try:
-            get_precision(self.precision)
+            # One name per policy ('bfloat16' and 'bf16/bf16' are 'bf16'): one hash per run.
+            object.__setattr__(self, "precision", get_precision(self.precision).name)
             self.modular_task()
             self.model_config()
         except (TypeError, ValueError) as err:

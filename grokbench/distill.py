@@ -53,7 +53,7 @@ import optax
 import tqdm
 
 import numerics
-from grokbench import engine, slingshot
+from grokbench import console, engine, slingshot
 from grokbench.config import RunConfig, group_key
 from grokbench.engine import _NEUTRAL, _Data, _direction_tx, _Hyper  # one optimizer rule
 from grokbench.optimizers import add_decayed_weights, scale_by_learning_rate
@@ -238,8 +238,12 @@ def train(
     progress: bool = True,
     fast: bool = True,
     desc: str | None = None,
+    on_chunk: Callable[[int], object] | None = None,
 ) -> list[engine.RunOutput]:
-    """Distil `configs` (one shape group), each from its teacher's parameters, as one batch."""
+    """Distil `configs` (one shape group), each from its teacher's parameters, as one batch.
+
+    `on_chunk(steps)` is called as each chunk's metrics reach the host (as in `engine.train`).
+    """
     if not configs or len(configs) != len(teachers):
         raise ValueError("train needs one teacher per config, and at least one config")
     cfg = configs[0]
@@ -263,9 +267,13 @@ def train(
                 if pending is not None:  # fetch the previous chunk while this one runs
                     chunks.append(jax.device_get(pending))
                     bar.update(n_steps)
+                    if on_chunk is not None:
+                        on_chunk(n_steps)
                 pending = out
             chunks.append(jax.device_get(pending))
             bar.update(n_steps)
+            if on_chunk is not None:
+                on_chunk(n_steps)
         final = jax.device_get(state.params)
     seconds = time.perf_counter() - start
     outputs = []
@@ -331,13 +339,18 @@ def train_teachers(
     groups: dict[tuple, list[RunConfig]] = {}
     for cfg in missing:
         groups.setdefault(group_key(cfg), []).append(cfg)
-    for group in groups.values():
-        desc = f"teacher {group[0].task} mod {group[0].p} x{len(group)}"
-        for out in engine.train(
-            group, chunk_steps=chunk_steps, progress=progress, fast=fast, desc=desc
-        ):
-            summary = slingshot.summarize(out.config, out.metrics, out.seconds)
-            store.save(out.config, out.metrics, summary, params=out.params)
+    desc = f"{console.plural(len(missing), 'teacher')} in {console.plural(len(groups), 'program')}"
+    with console.bar(sum(cfg.steps for cfg in missing), desc, progress) as bar:
+        for group in groups.values():
+            for out in engine.train(
+                group,
+                chunk_steps=chunk_steps,
+                progress=False,
+                fast=fast,
+                on_chunk=console.advance(bar, len(group)),
+            ):
+                summary = slingshot.summarize(out.config, out.metrics, out.seconds)
+                store.save(out.config, out.metrics, summary, params=out.params)
     teachers = {cfg: store.load_params(cfg) for cfg in unique}
     lost = [store.run_dir(cfg) for cfg, params in teachers.items() if params is None]
     if lost:
@@ -362,14 +375,23 @@ def run_students(
     for cfg in dict.fromkeys(configs):
         groups.setdefault(group_key(cfg), []).append(cfg)
     summaries = {}
-    for i, group in enumerate(groups.values()):
-        first = group[0]
-        desc = f"[{i + 1}/{len(groups)}] distil {first.precision} {first.loss} x{len(group)}"
-        outputs = train(group, [teachers[teacher_config(c)] for c in group], desc=desc, **kw)
-        for out in outputs:
-            summary = summarize(out.config, out.metrics, out.seconds)
-            store.save(out.config, out.metrics, summary)
-            summaries[out.config] = summary
+    n_runs = sum(len(group) for group in groups.values())
+    desc = f"{console.plural(n_runs, 'student')} in {console.plural(len(groups), 'program')}"
+    total = sum(cfg.steps for group in groups.values() for cfg in group)
+    with console.bar(total, desc, progress) as bar:
+        for group in groups.values():
+            outputs = train(
+                group,
+                [teachers[teacher_config(c)] for c in group],
+                chunk_steps=chunk_steps,
+                progress=False,
+                fast=fast,
+                on_chunk=console.advance(bar, len(group)),
+            )
+            for out in outputs:
+                summary = summarize(out.config, out.metrics, out.seconds)
+                store.save(out.config, out.metrics, summary)
+                summaries[out.config] = summary
     return summaries
 
 

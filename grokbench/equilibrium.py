@@ -85,7 +85,7 @@ AGREEMENT = 1.0
 """A measured equilibrium within this many nats of log(1/eps) agrees with the prediction."""
 
 OUTPUT_FILE = "equilibrium.json"
-"""The analyzer's output in the analyzed directory: one row per group."""
+"""The analyzer's output file (in `grokbench equilibrium --out`): one row per group."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,13 +229,15 @@ def group_rows(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
-def analyze_dir(path: pathlib.Path | str, write: bool = True) -> tuple[list[dict], list[dict]]:
-    """(group rows, run rows) of a sweep or run directory; writes DIR/equilibrium.json."""
+def analyze_dir(
+    path: pathlib.Path | str, out: pathlib.Path | str | None = None
+) -> tuple[list[dict], list[dict]]:
+    """(group rows, run rows) of a sweep or run directory; writes OUT/equilibrium.json if `out`."""
     runs = [(summary, load_metrics(run_dir)) for summary, run_dir in dir_runs(path)]
     per_run = run_rows(runs)
     rows = group_rows(per_run)
-    if write:
-        atomic_write_json(pathlib.Path(path) / OUTPUT_FILE, rows)
+    if out is not None:
+        atomic_write_json(pathlib.Path(out) / OUTPUT_FILE, rows)
     return rows, per_run
 
 

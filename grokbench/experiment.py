@@ -11,9 +11,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
-import tqdm
-
-from grokbench import distill, executors, slingshot
+from grokbench import console, distill, executors, slingshot
 from grokbench.config import RunConfig, group_key
 from grokbench.store import Store, atomic_write_json, load_metrics
 
@@ -77,11 +75,8 @@ def run_configs(
     ]
     trained = set(students)
     total = sum(cfg.steps for unit in units for cfg in unit)
-    desc = f"{len(todo)} runs in {len(units)} programs"
-    bar = tqdm.tqdm(
-        total=total, unit="run-step", unit_scale=True, desc=desc, disable=not progress or not total
-    )
-    with bar:
+    desc = f"{console.plural(len(todo), 'run')} in {console.plural(len(units), 'program')}"
+    with console.bar(total, desc, progress) as bar:
         runner = executor or executors.LocalExecutor()
         for outputs in runner.map(units, chunk_steps=chunk_steps, fast=fast, on_steps=bar.update):
             for out in outputs:

@@ -32,6 +32,9 @@ DTYPES: dict[str, np.dtype] = {
 }
 """Short precision names and their dtypes."""
 
+_LONG_NAMES: dict[str, str] = {dtype.name: short for short, dtype in DTYPES.items()}
+"""NumPy's names ('bfloat16', 'float32', ...) -> the short ones, which are canonical."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Precision:
@@ -65,17 +68,21 @@ def _cast_floats(tree: object, dtype: np.dtype) -> object:
 
 
 def get_precision(name: str | Precision) -> Precision:
-    """Parse 'bf16' | 'fp16' | 'fp32' | 'fp64' or 'PARAM/COMPUTE' (e.g. 'fp32/bf16')."""
+    """Parse 'bf16' | 'fp16' | 'fp32' | 'fp64' or 'PARAM/COMPUTE' (e.g. 'fp32/bf16').
+
+    NumPy's names ('bfloat16', 'float32/bfloat16') are accepted too; the policy's `name` is
+    always the short form.
+    """
     if isinstance(name, Precision):
         return name
     if not isinstance(name, str):
         raise TypeError(f"precision must be a name like 'fp32', got {type(name).__name__}")
-    parts = name.split("/")
+    parts = [_LONG_NAMES.get(part, part) for part in name.split("/")]
     unknown = [part for part in parts if part not in DTYPES]
     if len(parts) not in (1, 2) or unknown:
         raise ValueError(
-            f"unknown precision {name!r}: expected one of {sorted(DTYPES)} "
-            "or 'PARAM/COMPUTE' such as 'fp32/bf16'"
+            f"unknown precision {name!r}: expected one of {sorted(DTYPES)} (or NumPy's "
+            "names) or 'PARAM/COMPUTE' such as 'fp32/bf16'"
         )
     param, compute = parts if len(parts) == 2 else (parts[0], parts[0])
     canonical = param if param == compute else f"{param}/{compute}"

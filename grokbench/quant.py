@@ -83,9 +83,9 @@ class QuantConfig:
     # Model.
     family: str = "encoder"  # 'encoder' (BERT-like MLM, post-LN) or 'decoder' (OPT-like, pre-LN)
     variant: str = "vanilla"  # a key of VARIANTS
-    # The full recipe is the largest setting measured here (README): 4 layers as the RECIPES
+    # The full recipe is the largest setting measured (docs/quant.md): 4 layers as the first CPU
     # probe, at half its width and length so a run takes minutes, not an hour, on 2 cores.
-    n_layers: int = 4  # the RECIPES probe's 4-layer encoder
+    n_layers: int = 4  # the first CPU probe's 4-layer encoder (docs/recipes.md)
     d_model: int = 64  # d_head 16
     n_heads: int = 4
     d_ffn: int | None = None  # None -> 4 * d_model
@@ -101,7 +101,7 @@ class QuantConfig:
     level: str = "char"  # 'char' or 'byte' tokens
     # Training (AdamW, warmup then linear decay, gradient clipping: BERT/OPT).
     batch_size: int = 32  # sequences per step
-    steps: int = 2000  # the RECIPES probe's loss flattened by ~500 steps; outliers need longer
+    steps: int = 2000  # the first CPU probe's loss flattened by ~500 steps; outliers need longer
     lr: float = 1e-3  # peak learning rate (small models take larger rates than BERT's 1e-4)
     warmup_steps: int | None = None  # None -> 5% of steps
     b1: float = 0.9  # BERT/OPT

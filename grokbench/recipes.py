@@ -1,4 +1,4 @@
-"""Named recipes: every experiment of ../shared/RECIPES.md as a complete config.
+"""Named recipes: every experiment of the two papers as a complete config (docs/recipes.md).
 
 A recipe is a base `RunConfig`, a seed count, and zero or more grids (a grid is a product
 over a few keys; the recipe's runs are the union of its grids' products x seeds).

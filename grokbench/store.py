@@ -39,12 +39,24 @@ def default_root() -> pathlib.Path:
     return pathlib.Path(os.environ.get("GROKBENCH_RESULTS", "results"))
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, so briefly 0o077: nothing is more open)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: pathlib.Path, data: bytes) -> None:
-    """Write `data` to `path` so readers see the old file or the whole new one, never a part."""
+    """Write `data` to `path` so readers see the old file or the whole new one, never a part.
+
+    The file gets the mode `open` would give a new file (0o666 less the umask: 0644 under
+    the usual 022), not mkstemp's private 0600, so a shared store stays readable.
+    """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -163,12 +163,18 @@ def write_table(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathl
     return path
 
 
+def _config_order(config: dict) -> tuple:
+    """A sort key over a stored config's fields, in field order (None before any value)."""
+    return tuple((v is not None, v) for v in config.values())
+
+
 def dir_runs(path: pathlib.Path | str) -> list[tuple[dict, pathlib.Path]]:
     """(summary, run directory) of each run of a sweep or `grokbench run --out` directory.
 
     Reads DIR/summary.json when there is one (its runs, in its order; each run's files are
     looked up in DIR/runs/HASH first, then at its recorded `run_dir`), else every finished
-    DIR/runs/*/summary.json. ValueError if DIR holds no runs.
+    DIR/runs/*/summary.json, sorted by config (field by field). ValueError if DIR holds no
+    runs.
     """
     root = pathlib.Path(path)
     index = root / "summary.json"
@@ -185,6 +191,7 @@ def dir_runs(path: pathlib.Path | str) -> list[tuple[dict, pathlib.Path]]:
         for file in sorted(root.glob("runs/*/summary.json")):
             with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
                 out.append((json.loads(file.read_text()), file.parent))
+        out.sort(key=lambda run: _config_order(run[0]["config"]))
     if not out:
         raise ValueError(
             f"no runs in {root}: expected {root}/summary.json (from grokbench sweep or "

@@ -1,4 +1,4 @@
-"""Entry checks shared by every public function (STYLE.md 2).
+"""Entry checks shared by every public function (docs/style.md 2).
 
 They run at trace time, so a bad call fails with a clear message before XLA
 sees it, under `jit` and `vmap` alike.

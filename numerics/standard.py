@@ -6,7 +6,7 @@ signatures as the fixed functions, and the same sequence of operations as
 `optax.softmax_cross_entropy_with_integer_labels` and
 `optax.softmax_cross_entropy` (optax 0.2.8), so they collapse at the precision
 cliff exactly as those do. The tests check them bit-for-bit against jax.nn and
-optax. `numerics` itself does not import optax (DESIGN.md).
+optax. `numerics` itself does not import optax (docs/architecture.md).
 """
 
 from __future__ import annotations

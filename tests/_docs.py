@@ -1,4 +1,4 @@
-"""Helpers for the tests that check every public name is documented (STYLE.md 1)."""
+"""Helpers for the tests that check every public name is documented (docs/style.md 1)."""
 
 import ast
 import inspect

@@ -1,4 +1,4 @@
-"""One tolerance table, keyed by dtype, in ulps of that dtype (STYLE.md 9).
+"""One tolerance table, keyed by dtype, in ulps of that dtype (docs/style.md 9).
 
 Errors are |computed - exact| / ulp(exact), with `exact` from `numerics.oracle`
 (mpmath at 256 bits, from the inputs exactly as the dtype holds them). A

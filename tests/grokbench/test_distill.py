@@ -47,8 +47,9 @@ def test_shrunken_fig7(tmp_path, capsys):
     assert _main([*argv, "--no-progress"]) == 0  # everything cached now
     table = capsys.readouterr().out
     assert "kl_final" in table and "residual" in table
-    rows = [line for line in table.splitlines()[1:] if line.strip()]
+    *rows, footer = [line for line in table.splitlines()[1:] if line.strip()]
     assert len(rows) == 2 and all(row.rstrip().endswith("*") for row in rows)
+    assert footer.startswith("* loaded from the store")
 
 
 def _check_contract(run):

@@ -160,13 +160,16 @@ def fabricated_dir(tmp_path):
     return tmp_path
 
 
-def test_equilibrium_cli(fabricated_dir, capsys):
+def test_equilibrium_cli(fabricated_dir, capsys, tmp_path_factory):
     assert cli.main(["equilibrium", str(fabricated_dir)]) == 0
+    assert not (fabricated_dir / "equilibrium.json").exists()  # nothing written into the store
+    out_dir = tmp_path_factory.mktemp("equilibrium")
+    assert cli.main(["equilibrium", str(fabricated_dir), "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
     assert "log(1/eps)" in out and "18.42" in out and "within 1" in out
     assert "grows until gradients underflow (~81.2); stops at 81.2" in out
     assert "undershoots by > 1" in out and "no plateau" in out
-    rows = json.loads((fabricated_dir / "equilibrium.json").read_text())
+    rows = json.loads((out_dir / "equilibrium.json").read_text())
     assert len(rows) == 4
     required = {"eps", "weight_decay", "predicted", "measured_mean", "measured_std", "n"}
     assert all(required | {"plateaued"} <= set(r) for r in rows)
@@ -175,7 +178,7 @@ def test_equilibrium_cli(fabricated_dir, capsys):
 
 def test_equilibrium_reads_a_bare_store(fabricated_dir):
     (fabricated_dir / "summary.json").unlink()
-    rows, runs = equilibrium.analyze_dir(fabricated_dir, write=False)
+    rows, runs = equilibrium.analyze_dir(fabricated_dir)
     assert len(runs) == 8 and sorted(r["n"] for r in rows) == [2, 2, 2, 2]
 
 

@@ -23,7 +23,12 @@ def test_mixed_name_keeps_dtypes_separate():
     assert get_precision(policy) is policy
 
 
-@pytest.mark.parametrize("bad", ["fp8", "float32", "", "fp32/", "fp32/bf16/fp16", "FP32"])
+def test_numpy_names_are_accepted_and_named_short():
+    assert get_precision("float32").name == "fp32"
+    assert get_precision("float32/bfloat16").name == "fp32/bf16"
+
+
+@pytest.mark.parametrize("bad", ["fp8", "float8", "", "fp32/", "fp32/bf16/fp16", "FP32"])
 def test_unknown_names_raise(bad):
     with pytest.raises(ValueError, match="unknown precision"):
         get_precision(bad)

@@ -1,4 +1,4 @@
-"""The quant lab end to end, shrunk to seconds (same code path as the recipe, STYLE.md 13)."""
+"""The quant lab end to end, shrunk to seconds (same code path as the recipe, docs/style.md 13)."""
 
 import inspect
 import json

@@ -134,7 +134,7 @@ def test_nan_propagates_through_losses():
 
 
 def test_infinite_and_huge_logits():
-    # STYLE.md 10: [36., 10000.] and -inf entries.
+    # docs/style.md 10: [36., 10000.] and -inf entries.
     loss, grad = jax.value_and_grad(numerics.cross_entropy)(
         jnp.array([36.0, 10000.0]), jnp.array(1)
     )

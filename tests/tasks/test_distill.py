@@ -96,7 +96,7 @@ def test_kl_divergence_needs_x64():
 def test_series_helpers_match_mpmath_across_their_branches(x64):
     # Both sides of the series/direct switch at |x| = 1/8, and far below it. The KL only
     # calls w - log1p(w) at w >= -1e-16 (w = y + S, S >= 0): XLA's float64 log1p is off by
-    # up to 127 ulps on [-0.5, -0.25] (README), so that range is left out here.
+    # up to 127 ulps on [-0.5, -0.25] (docs/numerics.md), so that range is left out here.
     x = np.array([-3.0, -0.13, -0.125, -0.1249, -1e-3, -1e-9, 0.0, 1e-12, 1e-4, 0.1249, 0.125, 3.0])
     w = np.array([-0.1249, -1e-5, -1e-16, 0.0, 1e-300, 1e-9, 1e-3, 0.1249, 0.125, 0.5, 40.0])
     with mpmath.workdps(50):

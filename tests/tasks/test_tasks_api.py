@@ -1,4 +1,4 @@
-"""Every name `tasks` exports is documented (STYLE.md 1)."""
+"""Every name `tasks` exports is documented (docs/style.md 1)."""
 
 import importlib
 import inspect

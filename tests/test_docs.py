@@ -1,0 +1,113 @@
+"""The documentation matches the repository: links resolve, examples run, tables match the code.
+
+The README and docs/ are what a newcomer reads first; these checks keep them from drifting:
+every relative link (and its #anchor) resolves, no file points outside the repository, the
+README's set-up commands are the ones CI runs, the override-key table of docs/run.md is
+RunConfig's, every command is in the README's table, and the numerics examples run.
+"""
+
+import argparse
+import dataclasses
+import pathlib
+import re
+
+import pytest
+
+from grokbench import cli
+from grokbench.config import RunConfig, parse_value
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *DOCS]
+# The Python blocks that are complete programs (others show a line of a larger session).
+RUNNABLE = [ROOT / "README.md", ROOT / "docs" / "numerics.md"]
+SOURCE_DIRS = ("numerics", "tasks", "grokbench", "figures", "tests", "benchmarks", "docs", ".ci")
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: pathlib.Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {_slug(m) for m in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def _links(page: pathlib.Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return [t for t in _LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    for link in _links(page):
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        assert target.exists(), f"{page.name}: {link} does not exist"
+        assert ROOT in target.parents, f"{page.name}: {link} points outside the repository"
+        if anchor and target.suffix == ".md":
+            assert anchor in _anchors(target), f"{page.name}: no heading for #{anchor}"
+
+
+def _source_files():
+    yield from (p for p in ROOT.iterdir() if p.is_file() and p.suffix in (".md", ".toml", ".py"))
+    for name in SOURCE_DIRS:
+        files = (ROOT / name).rglob("*")
+        yield from (p for p in files if p.is_file() and "__pycache__" not in p.parts)
+
+
+def test_no_file_refers_outside_the_repository():
+    # Built from parts, so this file does not match itself.
+    notes = ["../" + "shared", *(name + ".md" for name in ("RECIPES", "STYLE", "DESIGN"))]
+    for path in _source_files():
+        data = path.read_bytes()
+        for note in notes:
+            assert note.encode() not in data, f"{path.relative_to(ROOT)} refers to {note}"
+
+
+def test_readme_setup_commands_are_the_ones_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci in readme
+    main_job = "pip install -e . && grokbench figures --quick"
+    assert f"python3 -m venv .venv && . .venv/bin/activate && {main_job}" in readme
+
+
+def _key_rows() -> dict[str, str]:
+    """docs/run.md's override-key tables: key -> default cell (backticks stripped)."""
+    section = (ROOT / "docs" / "run.md").read_text().split("## Override keys", 1)[1]
+    rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|", section, flags=re.M)
+    return {key: default.strip().strip("`") for key, default in rows}
+
+
+def test_key_table_lists_every_runconfig_field_with_its_default():
+    rows = _key_rows()
+    fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    assert set(rows) == {*fields, "seeds"}, "docs/run.md's key table is not RunConfig's fields"
+    for name, default in fields.items():
+        assert parse_value(name, rows[name]) == default, f"docs/run.md: default of {name}"
+
+
+def test_every_command_is_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [name for name in sub.choices if f"`grokbench {name}" not in readme]
+    assert not missing, f"commands missing from the README's table: {missing}"
+
+
+def _python_blocks(page: pathlib.Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize(
+    "page, index",
+    [(p, i) for p in RUNNABLE for i in range(len(_python_blocks(p)))],
+    ids=lambda x: x.name if isinstance(x, pathlib.Path) else str(x),
+)
+def test_python_examples_run(page, index):
+    exec(compile(_python_blocks(page)[index], f"{page.name}[{index}]", "exec"), {})
