@@ -168,6 +168,15 @@ def test_analytic_claims_fail_on_wrong_measurements():
     assert {r.status for r in fig1._slowdown_rows(None)} == {"not tested"}
 
 
+def test_fig3_claims_fail_on_a_wrong_step(monkeypatch):
+    def shifted(dtype, margins, eps=fig3.EPS, truth=False):
+        m = np.asarray(margins, np.float64)
+        return {"m": m, "fixed": np.where(m < 10, 1.0, 0.0), "standard": np.where(m < 3, 1.0, 0.0)}
+
+    monkeypatch.setattr(fig3, "normalized_steps", shifted)
+    assert {r.status for r in fig3.claims(Evidence("quick"))} == {"fails"}
+
+
 def _bench(ratio):
     names = ("optax CE", "fixed CE", "standard soft CE", "fixed soft CE")
     times = dict(zip(names, (1.0, ratio, 1.0, ratio), strict=True))
