@@ -70,7 +70,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
     parser.add_argument(
-        "--json", type=pathlib.Path, help="also write {dtype: {function: median s}} here"
+        "--json",
+        type=pathlib.Path,
+        help="also write {'device': kind, dtype: {function: median s}} here",
     )
     args = parser.parse_args()
     medians = {}
@@ -90,7 +92,8 @@ def main() -> None:
         for name, t in med.items():
             print(f"{dtype:<9} {name:<17} {1e3 * t:>10.1f} {t / base[name]:>7.3f}")
     if args.json:
-        args.json.write_text(json.dumps(medians, indent=1))
+        device = jax.devices()[0].device_kind
+        args.json.write_text(json.dumps({"device": device, **medians}, indent=1))
 
 
 if __name__ == "__main__":

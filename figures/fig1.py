@@ -353,7 +353,10 @@ def _slowdown_rows(bench) -> list[Row]:
                     claim=f"{fixed} runs without meaningful slowdown against {base} ({dtype})",
                     source=SLOWDOWN.where,
                     paper=SLOWDOWN.stated,
-                    ours=lambda ratio=ratio: f"time ratio {ratio:.3f}x",
+                    ours=lambda ratio=ratio: (
+                        f"time ratio {ratio:.3f}x "
+                        f"(on {bench.get('device', 'an unrecorded device')})"
+                    ),
                     tolerance=f"<= {SLOWDOWN.value:g}x ({SLOWDOWN.why})",
                     ok=None if ratio is None else ratio <= SLOWDOWN.value,
                     why="no benchmark output in the build (`python benchmarks/"
