@@ -8,6 +8,8 @@ gradient's error is measured in ulps of the gradient itself, so the standard for
 cancellation near z_S = z_T fails the test that the fixed one passes.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,17 +125,24 @@ def _standard_soft_target(student, teacher):
     return optax.softmax_cross_entropy(student, jax.nn.softmax(teacher))
 
 
-def _soft_target_case(fn, dtype, k, scale, margin, distance):
-    """fn's soft-target loss and gradient on one planted row, their exact values, and the
-    gradient's error in ulps of the gradient itself (max_k |g_k|, the row's own scale)."""
+@functools.cache  # the fixed and the standard formula's tests share each exact row
+def _soft_target_row(dtype, k, scale, margin, distance):
+    """One planted (student, teacher) row in `dtype` and mpmath's loss and gradient there."""
     rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000, 2])
     teacher, _ = _planted(rng, k, scale, margin, dtype)
     student = (teacher.astype(np.float64) + distance * rng.standard_normal(k)).astype(dtype)
+    exact = oracle.soft_target_cross_entropy_value_and_grad(student, teacher, exact=True)
+    return student, teacher, *exact
+
+
+def _soft_target_case(fn, dtype, k, scale, margin, distance):
+    """fn's soft-target loss and gradient on one planted row, their exact values, and the
+    gradient's error in ulps of the gradient itself (max_k |g_k|, the row's own scale)."""
+    student, teacher, exact_loss, exact_grad = _soft_target_row(
+        np.dtype(dtype), k, scale, margin, distance
+    )
     with jax.enable_x64(dtype == np.float64):
         loss, grad = jax.value_and_grad(fn)(jnp.asarray(student), jnp.asarray(teacher))
-    exact_loss, exact_grad = oracle.soft_target_cross_entropy_value_and_grad(
-        student, teacher, exact=True
-    )
     # XLA flushes subnormal results to zero, so up to one smallest-normal of
     # absolute error is the hardware's, not the formula's.
     tiny = float(jnp.finfo(dtype).smallest_normal)
