@@ -111,7 +111,7 @@ def main() -> None:
         )
 
     def engine_path(batch: int, fast: bool) -> tuple[float, float]:
-        engine._compiled.cache_clear()  # every path pays its own compilation
+        engine.clear_compiled()  # every path pays its own compilation
         groups = [cfgs[i : i + batch] for i in range(0, len(cfgs), batch)]
         return _time(lambda: [engine.train(g, progress=False, fast=fast) for g in groups])
 

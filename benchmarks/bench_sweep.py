@@ -44,7 +44,7 @@ EPS = ("1e-4", "1e-6", "1e-8", "1e-10", "1e-12", "1e-14", "1e-16", "0")
 
 def _time(fn) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process) of fn() from nothing compiled."""
-    engine._compiled.cache_clear()
+    engine.clear_compiled()
     jax.clear_caches()
     t0, c0 = time.perf_counter(), time.process_time()
     fn()

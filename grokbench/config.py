@@ -12,7 +12,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from grokbench.precision import get_precision
@@ -34,12 +34,17 @@ __all__ = [
     "VMAPPED",
     "ConfigError",
     "RunConfig",
+    "check_field_types",
     "config_hash",
     "field_types",
+    "from_stored",
     "group_key",
+    "group_runs",
     "identity",
     "parse_overrides",
     "parse_value",
+    "require",
+    "split_override",
 ]
 
 CONFIG_VERSION = 1
@@ -107,12 +112,14 @@ class RunConfig:
     temperature: float = 4.0  # fig7's T = 4 (Hinton et al.): the teacher's m/T stays below c16
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_field_types(self)
         _check_choice("task", self.task, OPERATIONS)
         _check_choice("model", self.model, MODELS)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("loss", self.loss, LOSSES)
         _check_choice("activation", self.activation, ACTIVATIONS)
+        require(self.split_seed >= 0, f"split_seed must be >= 0, got {self.split_seed}")
+        require(self.mlp_width >= 1, f"mlp_width must be >= 1, got {self.mlp_width}")
         try:
             # One name per policy ('bfloat16' and 'bf16/bf16' are 'bf16'): one hash per run.
             object.__setattr__(self, "precision", get_precision(self.precision).name)
@@ -120,27 +127,27 @@ class RunConfig:
             self.model_config()
         except (TypeError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        _check(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        _check(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
-        _check(0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
-        _check(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
-        _check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        _check(
+        require(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        require(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
+        require(0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
+        require(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
+        require(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        require(
             self.optimizer != "adam" or self.weight_decay == 0,
             f"optimizer adam has no weight decay (got weight_decay={self.weight_decay}); "
             "use optimizer=adamw",
         )
-        _check(
+        require(
             self.optimizer == "laprop" or not self.track_sqrt_v,
             "track_sqrt_v applies to optimizer=laprop only",
         )
-        _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
-        _check(self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}")
-        _check(
+        require(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        require(self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}")
+        require(
             self.steps % self.eval_every == 0,
             f"steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})",
         )
-        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         _check_distill(self)
 
     def modular_task(self) -> ModularTask:
@@ -165,27 +172,28 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def _check(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:
+    """Raise `ConfigError(message)` unless `ok`."""
     if not ok:
         raise ConfigError(message)
 
 
 def _check_distill(cfg: RunConfig) -> None:
-    _check(cfg.teacher_steps >= 0, f"teacher_steps must be >= 0, got {cfg.teacher_steps}")
-    _check(cfg.temperature > 0, f"temperature must be > 0, got {cfg.temperature}")
+    require(cfg.teacher_steps >= 0, f"teacher_steps must be >= 0, got {cfg.teacher_steps}")
+    require(cfg.temperature > 0, f"temperature must be > 0, got {cfg.temperature}")
     if not cfg.teacher_steps:
         default = RunConfig.__dataclass_fields__["temperature"].default
-        _check(
+        require(
             cfg.temperature == default,
             "temperature applies to distillation runs only (set teacher_steps > 0)",
         )
         return
-    _check(
+    require(
         cfg.loss in DISTILL_LOSSES,
         f"a distillation run's loss is one of {', '.join(DISTILL_LOSSES)} (soft-target CE); "
         f"got {cfg.loss!r}",
     )
-    _check(
+    require(
         cfg.eval_every == 1,
         "a distillation run records test metrics every step: eval_every must be 1, "
         f"got {cfg.eval_every}",
@@ -193,7 +201,7 @@ def _check_distill(cfg: RunConfig) -> None:
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
-    _check(value in choices, f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    require(value in choices, f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
 def field_types() -> dict[str, Any]:
@@ -223,22 +231,27 @@ def _is_instance(value: Any, tp: Any) -> bool:
     return False
 
 
-def _check_types(cfg: RunConfig) -> None:
-    for name, tp in field_types().items():
+def check_field_types(cfg: Any) -> None:
+    """Check every field of the dataclass `cfg` against its annotation; floats must be finite
+    and are stored as float (so 1 and 1.0 hash alike). One-line `ConfigError` otherwise."""
+    for name, tp in typing.get_type_hints(type(cfg)).items():
         value = getattr(cfg, name)
-        _check(
+        require(
             _is_instance(value, tp),
             f"{name} must be {_type_name(tp)}, got {type(value).__name__} {value!r}",
         )
         if float in _members(tp) and isinstance(value, int | float):
-            _check(math.isfinite(value), f"{name} must be finite, got {value}")
+            require(math.isfinite(value), f"{name} must be finite, got {value}")
             # Store floats as floats: 1 and 1.0 must hash to the same run.
             object.__setattr__(cfg, name, float(value))
 
 
-def parse_value(key: str, text: str) -> Any:
-    """Parse one override value against the type of field `key` (ConfigError if it fails)."""
-    types_ = field_types()
+def parse_value(key: str, text: str, types_: Mapping[str, Any] | None = None) -> Any:
+    """Parse one override value against the type of field `key` (ConfigError if it fails).
+
+    `types_` maps field names to annotations: `field_types()` (RunConfig's) unless given.
+    """
+    types_ = field_types() if types_ is None else types_
     if key not in types_:
         raise ConfigError(f"unknown key {key!r}")
     errors = []
@@ -276,6 +289,17 @@ def _parse_as(tp: type, text: str) -> Any:
     raise TypeError(f"unsupported field type {tp}")
 
 
+def split_override(token: str, seen: Container[str]) -> tuple[str, str]:
+    """`key=value` -> (key, value text); ConfigError for no `=`, no key, or a key in `seen`."""
+    key, sep, text = token.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"expected key=value, got {token!r}")
+    if key in seen:
+        raise ConfigError(f"key {key!r} given twice")
+    return key, text
+
+
 def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) -> dict[str, tuple]:
     """`key=value` or `key=v1,v2,...` tokens -> {key: values}; a list makes a sweep axis.
 
@@ -284,12 +308,7 @@ def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) ->
     """
     out: dict[str, tuple] = {}
     for token in tokens:
-        key, sep, text = token.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"expected key=value, got {token!r}")
-        if key in out:
-            raise ConfigError(f"key {key!r} given twice")
+        key, text = split_override(token, out)
         if key in extra:
             try:
                 value = int(text)
@@ -308,6 +327,20 @@ def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) ->
     return out
 
 
+def from_stored(stored: Mapping[str, Any]) -> RunConfig:
+    """The `RunConfig` of a stored config dict (a run's config.json or summary's "config").
+
+    A config written under another schema (a field since removed or renamed, a value no
+    longer valid) raises `ConfigError` with one line naming what does not fit.
+    """
+    if not isinstance(stored, Mapping):
+        raise ConfigError(f"a stored config must be a JSON object, got {type(stored).__name__}")
+    unknown = sorted(set(stored) - set(field_types()))
+    if unknown:
+        raise ConfigError(f"stored config has fields this version does not know: {unknown}")
+    return RunConfig(**stored)
+
+
 def identity(cfg: RunConfig) -> dict[str, Any]:
     """`cfg.to_dict()` less the `ADDED_FIELDS` that sit at their default: what names a run."""
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -323,3 +356,11 @@ def config_hash(cfg: RunConfig) -> str:
 def group_key(cfg: RunConfig) -> tuple:
     """Everything but the `VMAPPED` fields: runs with equal keys share one batched program."""
     return tuple((k, v) for k, v in sorted(cfg.to_dict().items()) if k not in VMAPPED)
+
+
+def group_runs(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
+    """Split configs into shape groups (equal `group_key`), keeping first-seen order."""
+    groups: dict[tuple, list[RunConfig]] = {}
+    for cfg in configs:
+        groups.setdefault(group_key(cfg), []).append(cfg)
+    return list(groups.values())

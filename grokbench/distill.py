@@ -39,7 +39,6 @@ Per-step metrics (float64; step t uses the parameters after t updates):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import time
@@ -49,17 +48,28 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import tqdm
 
 import numerics
 from grokbench import console, engine, slingshot
-from grokbench.config import RunConfig, group_key
-from grokbench.engine import _NEUTRAL, _Data, _direction_tx, _Hyper  # one optimizer rule
-from grokbench.optimizers import add_decayed_weights, scale_by_learning_rate
+from grokbench import metrics as metrics_lib
+from grokbench.config import RunConfig, group_runs
+from grokbench.engine import (
+    Data,
+    build_forward,
+    check_batch,
+    direction_tx,
+    load_data,
+    shard_runs,
+    stack_hyper,
+    static_config,
+    stream_chunks,
+)
+from grokbench.optimizers import Hyper, apply
 from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
-from tasks import DISTILL_LOSSES, build_model, kl_divergence, modular_split
+from grokbench.tables import finite_or_none, summary_table
+from tasks import DISTILL_LOSSES, kl_divergence
 
 __all__ = [
     "DISTILL_METRICS",
@@ -129,39 +139,27 @@ class _State(NamedTuple):
     captured: jax.Array  # bool
 
 
-def _sum_squares(tree: Any) -> jax.Array:
-    return sum(jnp.sum(jnp.square(x.astype(jnp.float64))) for x in jax.tree.leaves(tree))
-
-
-def _accuracy(logits_NxK: jax.Array, labels_N: jax.Array) -> jax.Array:
-    predicted_N = jnp.argmax(logits_NxK, axis=-1).astype(labels_N.dtype)
-    return jnp.mean((predicted_N == labels_N).astype(jnp.float64))
-
-
 def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable]:
     """Per-run functions: init_one(teacher, h, data) -> (state, anchor) and
     chunk_one(state, anchor, h, data, n_steps) -> (state, per-step metrics)."""
-    model = build_model(cfg.model_config(), fast=fast)
+    _, forward = build_forward(cfg, policy, fast)
     objective = DISTILL_LOSSES[cfg.loss]
     temperature = cfg.temperature
 
-    def forward(params: Any, x: jax.Array) -> jax.Array:
-        return model.apply(policy.cast_to_compute(params), x)
-
-    def init_one(teacher: Any, h: _Hyper, data: _Data) -> tuple[_State, Any]:
+    def init_one(teacher: Any, h: Hyper, data: Data) -> tuple[_State, Any]:
         params = policy.cast_to_param(teacher)  # the student *is* the teacher, in its dtype
         k = cfg.model_config().num_classes
         dt = policy.compute_dtype
         state = _State(
             params,
-            _direction_tx(cfg, h).init(params),
+            direction_tx(cfg, h).init(params),
             jnp.zeros((data.y_train.shape[0], k), dt),
             jnp.zeros((data.y_test.shape[0], k), dt),
             jnp.asarray(False),
         )
         return state, params
 
-    def train_step(state: _State, anchor: Any, h: _Hyper, data: _Data) -> tuple[_State, dict]:
+    def train_step(state: _State, anchor: Any, h: Hyper, data: Data) -> tuple[_State, dict]:
         params = state.params
         logits, pullback = jax.vjp(lambda p: forward(p, data.x_train), params)
         test_logits = forward(params, data.x_test)
@@ -173,36 +171,40 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
             lambda z: jnp.mean(objective(z, targets, temperature=temperature))
         )(logits)
         (grads,) = pullback(dlogits)
-        # The engine's optimizer chain, unrolled the same way: direction -> + wd * params -> * -lr.
-        direction, opt_state = _direction_tx(cfg, h).update(grads, state.opt_state)
-        decayed, _ = add_decayed_weights(h.weight_decay).update(
-            direction, optax.EmptyState(), params
+        new_params, direction, opt_state = apply(
+            direction_tx(cfg, h),
+            grads,
+            state.opt_state,
+            params,
+            learning_rate=h.lr,
+            weight_decay=h.weight_decay,
         )
-        updates, _ = scale_by_learning_rate(h.lr).update(decayed, optax.EmptyState())
-        new_params = optax.apply_updates(params, updates)
         # The mean's 1/N and the tempering's 1/T undone: one example's q - p.
         scale = jnp.asarray(logits.shape[0] * temperature, jnp.float64)
         distance = jax.tree.map(
             lambda a, b: a.astype(jnp.float64) - b.astype(jnp.float64), params, anchor
         )
-        n_params = sum(x.size for x in jax.tree.leaves(params))
+        sq_distance, _ = metrics_lib.sum_squares(distance, jnp.float64)
+        sq_direction, n_params = metrics_lib.sum_squares(direction, jnp.float64)
         z64 = logits.astype(jnp.float64)  # widening is exact
         metrics = {
             "train_loss": loss.astype(jnp.float64),
-            "kl": jnp.mean(kl_divergence(targets, logits, temperature)),
+            "kl": jnp.mean(kl_divergence(logits, targets, temperature)),
             "logit_grad_max": jnp.max(jnp.abs(dlogits.astype(jnp.float64))) * scale,
-            "param_distance": jnp.sqrt(_sum_squares(distance)),
-            "adam_step": jnp.sqrt(_sum_squares(direction) / n_params),
-            "train_acc": _accuracy(z64, data.y_train),
+            "param_distance": jnp.sqrt(sq_distance),
+            "adam_step": jnp.sqrt(sq_direction / n_params),
+            "train_acc": metrics_lib.accuracy(z64, data.y_train, jnp.float64),
             "margin_mean": jnp.mean(numerics.logit_margin(z64, data.y_train)),
-            "test_acc": _accuracy(test_logits.astype(jnp.float64), data.y_test),
-            "test_kl": jnp.mean(kl_divergence(test_targets, test_logits, temperature)),
+            "test_acc": metrics_lib.accuracy(
+                test_logits.astype(jnp.float64), data.y_test, jnp.float64
+            ),
+            "test_kl": jnp.mean(kl_divergence(test_logits, test_targets, temperature)),
         }
         new_state = _State(new_params, opt_state, targets, test_targets, jnp.asarray(True))
         return new_state, metrics
 
     def chunk_one(
-        state: _State, anchor: Any, h: _Hyper, data: _Data, n_steps: int
+        state: _State, anchor: Any, h: Hyper, data: Data, n_steps: int
     ) -> tuple[_State, dict]:
         return jax.lax.scan(
             lambda s, _: train_step(s, anchor, h, data), state, None, length=n_steps
@@ -220,16 +222,6 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     return init, chunk
 
 
-def _shard(trees: tuple, n_runs: int) -> tuple:
-    """Split the run axis over the local devices when it divides evenly (as the engine does)."""
-    devices = jax.local_devices()
-    if len(devices) < 2 or n_runs % len(devices):
-        return trees
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-    runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-    return jax.device_put(trees, runs)
-
-
 def train(
     configs: Sequence[RunConfig],
     teachers: Sequence[Mapping[str, np.ndarray]],
@@ -244,36 +236,30 @@ def train(
 
     `on_chunk(steps)` is called as each chunk's metrics reach the host (as in `engine.train`).
     """
-    if not configs or len(configs) != len(teachers):
-        raise ValueError("train needs one teacher per config, and at least one config")
-    cfg = configs[0]
-    if not cfg.teacher_steps or len({group_key(c) for c in configs}) != 1:
-        raise ValueError("configs must be distillation runs that differ only in VMAPPED fields")
+    cfg = check_batch(configs)
+    if len(configs) != len(teachers):
+        raise ValueError("train needs one teacher per config")
+    if not cfg.teacher_steps:
+        raise ValueError("configs must be distillation runs (teacher_steps > 0)")
     n_steps = engine.chunk_evals(cfg.steps, chunk_steps, 1)
     start = time.perf_counter()
     # x64 on for every precision: the metrics are float64; the student keeps its own dtypes.
     with jax.enable_x64(True):
-        data = _Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
-        hyper = _Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields))
+        data = load_data(cfg)
         stacked = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *teachers)
-        stacked, hyper = _shard((stacked, hyper), len(configs))
-        init, run_chunk = _compiled(dataclasses.replace(cfg, **_NEUTRAL), fast)
+        (stacked, hyper), _ = shard_runs((stacked, stack_hyper(configs)))
+        init, run_chunk = _compiled(static_config(cfg), fast)
         state, anchor = init(stacked, hyper, data)
-        chunks, pending = [], None
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
         with bar:
-            for _ in range(cfg.steps // n_steps):
-                state, out = run_chunk(state, anchor, hyper, data, n_steps)
-                if pending is not None:  # fetch the previous chunk while this one runs
-                    chunks.append(jax.device_get(pending))
-                    bar.update(n_steps)
-                    if on_chunk is not None:
-                        on_chunk(n_steps)
-                pending = out
-            chunks.append(jax.device_get(pending))
-            bar.update(n_steps)
-            if on_chunk is not None:
-                on_chunk(n_steps)
+            state, chunks = stream_chunks(
+                lambda s: run_chunk(s, anchor, hyper, data, n_steps),
+                state,
+                cfg.steps // n_steps,
+                n_steps,
+                bar,
+                on_chunk,
+            )
         final = jax.device_get(state.params)
     seconds = time.perf_counter() - start
     outputs = []
@@ -284,12 +270,6 @@ def train(
         params = jax.tree.map(lambda x, r=r: np.asarray(x[r]), final)
         outputs.append(engine.RunOutput(c, metrics, seconds, params))
     return outputs
-
-
-def _num(x: Any) -> float | None:
-    """A JSON-safe float: NaN/inf become None."""
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float) -> dict:
@@ -303,23 +283,23 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
     kl, dist, test_acc = metrics["kl"], metrics["param_distance"], metrics["test_acc"]
     return {
         "config": cfg.to_dict(),
-        "test_accuracy": _num(test_acc[-1]),
-        "train_accuracy": _num(metrics["train_acc"][-1]),
-        "final_margin": _num(metrics["margin_mean"][-1]),
+        "test_accuracy": finite_or_none(test_acc[-1]),
+        "train_accuracy": finite_or_none(metrics["train_acc"][-1]),
+        "final_margin": finite_or_none(metrics["margin_mean"][-1]),
         "max_train_loss_after_memorization": None,
         "spikes": None,
         "steps": int(cfg.steps),
         "seconds": float(seconds),
-        "kl_final": _num(kl[-1]),
-        "kl_max": _num(np.max(kl)),
-        "max_param_distance": _num(np.max(dist)),
-        "residual_gradient": _num(metrics["logit_grad_max"][0]),
+        "kl_final": finite_or_none(kl[-1]),
+        "kl_max": finite_or_none(np.max(kl)),
+        "max_param_distance": finite_or_none(np.max(dist)),
+        "residual_gradient": finite_or_none(metrics["logit_grad_max"][0]),
         # Extras for analysis; the fields above are the CLI contract.
-        "final_param_distance": _num(dist[-1]),
-        "final_test_kl": _num(metrics["test_kl"][-1]),
-        "min_test_accuracy": _num(np.min(test_acc)),
-        "teacher_test_accuracy": _num(test_acc[0]),
-        "adam_step_initial": _num(metrics["adam_step"][0]),
+        "final_param_distance": finite_or_none(dist[-1]),
+        "final_test_kl": finite_or_none(metrics["test_kl"][-1]),
+        "min_test_accuracy": finite_or_none(np.min(test_acc)),
+        "teacher_test_accuracy": finite_or_none(test_acc[0]),
+        "adam_step_initial": finite_or_none(metrics["adam_step"][0]),
         "summary_version": SUMMARY_VERSION,
     }
 
@@ -336,12 +316,10 @@ def train_teachers(
     trained by the engine (the `grokbench run` path) and stored with them."""
     unique = list(dict.fromkeys(configs))
     missing = [cfg for cfg in unique if store.load_params(cfg) is None]
-    groups: dict[tuple, list[RunConfig]] = {}
-    for cfg in missing:
-        groups.setdefault(group_key(cfg), []).append(cfg)
+    groups = group_runs(missing)
     desc = f"{console.plural(len(missing), 'teacher')} in {console.plural(len(groups), 'program')}"
     with console.bar(sum(cfg.steps for cfg in missing), desc, progress) as bar:
-        for group in groups.values():
+        for group in groups:
             for out in engine.train(
                 group,
                 chunk_steps=chunk_steps,
@@ -371,15 +349,13 @@ def run_students(
         return {}
     kw = {"progress": progress, "chunk_steps": chunk_steps, "fast": fast}
     teachers = train_teachers([teacher_config(c) for c in configs], store, **kw)
-    groups: dict[tuple, list[RunConfig]] = {}
-    for cfg in dict.fromkeys(configs):
-        groups.setdefault(group_key(cfg), []).append(cfg)
+    groups = group_runs(list(dict.fromkeys(configs)))
     summaries = {}
-    n_runs = sum(len(group) for group in groups.values())
+    n_runs = sum(len(group) for group in groups)
     desc = f"{console.plural(n_runs, 'student')} in {console.plural(len(groups), 'program')}"
-    total = sum(cfg.steps for group in groups.values() for cfg in group)
+    total = sum(cfg.steps for group in groups for cfg in group)
     with console.bar(total, desc, progress) as bar:
-        for group in groups.values():
+        for group in groups:
             outputs = train(
                 group,
                 [teachers[teacher_config(c)] for c in group],
@@ -395,29 +371,16 @@ def run_students(
     return summaries
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def format_table(summaries: Sequence[dict]) -> str:
     """One line per distillation run: the keys that vary, then residual, KL, drift, accuracy."""
-    configs = [s["config"] for s in summaries]
-    varying = [k for k in configs[0] if len({repr(c.get(k)) for c in configs}) > 1]
-    keys = [k for k in varying if k != "seed"] + ["seed"]
-    header = [*keys, "residual", "kl_final", "kl_max", "max_dist", "test_acc", "min_acc", "sec"]
-    rows = [
+    return summary_table(
+        summaries,
         [
-            *(str(s["config"][k]) for k in keys),
-            _fmt(s["residual_gradient"], ".2e"),
-            _fmt(s["kl_final"], ".2e"),
-            _fmt(s["kl_max"], ".2e"),
-            _fmt(s["max_param_distance"], ".2e"),
-            _fmt(s["test_accuracy"], ".4f"),
-            _fmt(s["min_test_accuracy"], ".4f"),
-            _fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
-        ]
-        for s in summaries
-    ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
-    return "\n".join(lines)
+            ("residual", "residual_gradient", ".2e"),
+            ("kl_final", "kl_final", ".2e"),
+            ("kl_max", "kl_max", ".2e"),
+            ("max_dist", "max_param_distance", ".2e"),
+            ("test_acc", "test_accuracy", ".4f"),
+            ("min_acc", "min_test_accuracy", ".4f"),
+        ],
+    )

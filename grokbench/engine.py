@@ -30,22 +30,27 @@ import tqdm
 import numerics
 from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_key
-from grokbench.optimizers import (
-    add_decayed_weights,
-    scale_by_adam,
-    scale_by_laprop,
-    scale_by_learning_rate,
-)
+from grokbench.optimizers import Hyper, apply, scale_by_direction
 from grokbench.precision import Precision, get_precision, precision_scope
 from tasks import build_model, modular_split
 
 __all__ = [
     "LOSS_FUNCTIONS",
+    "Data",
     "Prepared",
     "RunOutput",
+    "build_forward",
+    "check_batch",
     "chunk_evals",
+    "clear_compiled",
+    "direction_tx",
+    "load_data",
     "prepare",
+    "shard_runs",
+    "stack_hyper",
+    "static_config",
     "step_flops",
+    "stream_chunks",
     "train",
 ]
 
@@ -68,21 +73,33 @@ class RunOutput:
     params: dict[str, np.ndarray] | None = None  # final parameters (a distillation teacher's)
 
 
-class _Hyper(NamedTuple):
-    """Per-run hyperparameters: arrays of shape (R,) outside vmap, scalars inside."""
+class Data(NamedTuple):
+    """A run's split of its modular task (`tasks.modular_split`), as device arrays."""
 
-    lr: jax.Array
-    b1: jax.Array
-    b2: jax.Array
-    eps: jax.Array
-    weight_decay: jax.Array
-
-
-class _Data(NamedTuple):
     x_train: jax.Array
     y_train: jax.Array
     x_test: jax.Array
     y_test: jax.Array
+
+
+def load_data(cfg: RunConfig) -> Data:
+    """The training and test split of `cfg`'s task (in the current precision scope)."""
+    return Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+
+
+def stack_hyper(configs: Sequence[RunConfig]) -> Hyper:
+    """The runs' optimizer numbers as (R,) arrays in JAX's default float (float64 only inside
+    an fp64 or x64 scope); each optimizer rounds them to the parameter dtype where it uses them."""
+    return Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in Hyper._fields))
+
+
+# Stand-ins for the vmapped fields, which reach the program as arrays, never as constants.
+_NEUTRAL = {"seed": 0, "lr": 1.0, "b1": 0.0, "b2": 0.0, "eps": 0.0, "weight_decay": 0.0}
+
+
+def static_config(cfg: RunConfig) -> RunConfig:
+    """`cfg` with its `VMAPPED` fields neutral: the key of a batch's compiled program."""
+    return dataclasses.replace(cfg, **_NEUTRAL)
 
 
 def chunk_evals(n_evals: int, chunk_steps: int, eval_every: int) -> int:
@@ -91,41 +108,49 @@ def chunk_evals(n_evals: int, chunk_steps: int, eval_every: int) -> int:
     return max(d for d in range(1, min(n_evals, target) + 1) if n_evals % d == 0)
 
 
-def _direction_tx(cfg: RunConfig, h: _Hyper) -> optax.GradientTransformation:
-    if cfg.optimizer == "laprop":
-        return scale_by_laprop(h.b1, h.b2, h.eps, track_sqrt_v=cfg.track_sqrt_v)
-    return scale_by_adam(h.b1, h.b2, h.eps)  # adam: weight_decay is 0 (RunConfig checks)
+def direction_tx(cfg: RunConfig, h: Hyper) -> optax.GradientTransformation:
+    """The optimizer direction of `cfg` with the numbers `h` (adam's weight_decay is 0)."""
+    return scale_by_direction(cfg.optimizer, h.b1, h.b2, h.eps, cfg.track_sqrt_v)
+
+
+def build_forward(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Any, Callable]:
+    """(model, forward): `cfg`'s model, and forward(params, x) -> logits in `policy`'s
+    compute dtype (parameters cast from their storage dtype first)."""
+    model = build_model(cfg.model_config(), fast=fast)
+
+    def forward(params: Any, x: jax.Array) -> jax.Array:
+        return model.apply(policy.cast_to_compute(params), x)
+
+    return model, forward
 
 
 def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Callable, Callable]:
     """Per-run functions: init_one(seed, h) -> state; train_step(state, h, data) -> state,
     metrics; chunk_one(state, h, data, n_blocks) -> state, (step metrics, test metrics)."""
-    model = build_model(cfg.model_config(), fast=fast)
+    model, forward = build_forward(cfg, policy, fast)
     objective = LOSS_FUNCTIONS[cfg.loss]
     cliff = numerics.precision_cliff(policy.compute_dtype)
 
-    def init_one(seed: jax.Array, h: _Hyper) -> tuple[Any, Any]:
+    def init_one(seed: jax.Array, h: Hyper) -> tuple[Any, Any]:
         params = model.init(jax.random.key(seed), policy.param_dtype)
-        return params, _direction_tx(cfg, h).init(params)
+        return params, direction_tx(cfg, h).init(params)
 
-    def forward(params: Any, x: jax.Array) -> jax.Array:
-        return model.apply(policy.cast_to_compute(params), x)
-
-    def train_step(state: tuple, h: _Hyper, data: _Data) -> tuple[tuple, dict]:
+    def train_step(state: tuple, h: Hyper, data: Data) -> tuple[tuple, dict]:
         params, opt_state = state
         # One forward pass gives both the logits (for the metrics) and, through the pullback,
         # the parameter gradient; the logit gradient falls out on the way.
         logits, pullback = jax.vjp(lambda p: forward(p, data.x_train), params)
         loss, dlogits = jax.value_and_grad(lambda z: jnp.mean(objective(z, data.y_train)))(logits)
         (grads,) = pullback(dlogits)
-        # AdamW/LaProp as the chain direction -> + wd * params -> * -lr (grokbench.optimizers),
-        # unrolled here so the direction itself is observable (the `adam_step` metric).
-        direction, opt_state = _direction_tx(cfg, h).update(grads, opt_state)
-        decayed, _ = add_decayed_weights(h.weight_decay).update(
-            direction, optax.EmptyState(), params
+        # The direction itself is observable: the `adam_step` metric.
+        new_params, direction, opt_state = apply(
+            direction_tx(cfg, h),
+            grads,
+            opt_state,
+            params,
+            learning_rate=h.lr,
+            weight_decay=h.weight_decay,
         )
-        updates, _ = scale_by_learning_rate(h.lr).update(decayed, optax.EmptyState())
-        new_params = optax.apply_updates(params, updates)
         step = metrics_lib.step_metrics(
             logits_NxK=logits,
             dlogits_NxK=dlogits,
@@ -137,12 +162,12 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
         )
         return (new_params, opt_state), step
 
-    def evaluate(params: Any, data: _Data) -> dict:
+    def evaluate(params: Any, data: Data) -> dict:
         logits = forward(params, data.x_test)
         loss = jnp.mean(objective(logits, data.y_test))
         return metrics_lib.eval_metrics(logits, loss, data.y_test)
 
-    def chunk_one(state: tuple, h: _Hyper, data: _Data, n_blocks: int) -> tuple[tuple, tuple]:
+    def chunk_one(state: tuple, h: Hyper, data: Data, n_blocks: int) -> tuple[tuple, tuple]:
         def block(state: tuple, _: None) -> tuple[tuple, tuple]:
             state, steps = jax.lax.scan(
                 lambda s, _: train_step(s, h, data), state, None, length=cfg.eval_every
@@ -154,7 +179,8 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     return init_one, train_step, chunk_one
 
 
-def _check_batch(configs: Sequence[RunConfig]) -> RunConfig:
+def check_batch(configs: Sequence[RunConfig]) -> RunConfig:
+    """The first of `configs`, which must be non-empty and share one `group_key`."""
     if not configs:
         raise ValueError("train needs at least one config")
     first = configs[0]
@@ -168,8 +194,8 @@ class Prepared(NamedTuple):
     """A batch ready to run: initial state, per-run hyperparameters, data, the jitted chunk."""
 
     state: tuple
-    hyper: _Hyper
-    data: _Data
+    hyper: Hyper
+    data: Data
     run_chunk: Callable  # jitted: (state, hyper, data, n_blocks) -> (state, (steps, tests))
     n_blocks: int  # evaluation blocks per chunk (static argument of run_chunk)
     n_chunks: int
@@ -180,20 +206,18 @@ def prepare(
     configs: Sequence[RunConfig], chunk_steps: int = 1000, fast: bool = True, shard: bool = True
 ) -> Prepared:
     """Build and initialize a batch; call inside `precision_scope(configs[0].precision)`."""
-    cfg = _check_batch(configs)
+    cfg = check_batch(configs)
     n_runs = len(configs)
     n_evals = cfg.steps // cfg.eval_every
     n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
-    data = _Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+    data = load_data(cfg)
     if shard:
         configs = _pad(configs, jax.local_device_count())
-    # Hyperparameters in JAX's default float (float64 only inside an fp64 scope); each
-    # optimizer rounds them to the parameter dtype where it uses them.
-    hyper = _Hyper(*(jnp.asarray([getattr(c, f) for c in configs]) for f in _Hyper._fields))
+    hyper = stack_hyper(configs)
     seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
     if shard:
-        seeds, hyper, data = _place(seeds, hyper, data)
-    init, run_chunk = _compiled(dataclasses.replace(cfg, **_NEUTRAL), fast)
+        (seeds, hyper), data = shard_runs((seeds, hyper), data)
+    init, run_chunk = _compiled(static_config(cfg), fast)
     state = init(seeds, hyper)
     return Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
 
@@ -210,8 +234,9 @@ def _pad(configs: Sequence[RunConfig], n_devices: int) -> list[RunConfig]:
     return configs + [configs[-1]] * (-len(configs) % n_devices)
 
 
-def _place(seeds: jax.Array, hyper: _Hyper, data: _Data) -> tuple[jax.Array, _Hyper, _Data]:
-    """Shard the run axis over all local devices when it divides evenly; data is replicated.
+def shard_runs(runs: Any, shared: Any = None) -> tuple[Any, Any]:
+    """Shard the leading (run) axis of `runs` over all local devices when it divides evenly;
+    `shared` (the data) is then replicated. Otherwise both come back as they are.
 
     `prepare` pads the batch (`_pad`) so it divides whenever it has more than one run.
 
@@ -220,20 +245,12 @@ def _place(seeds: jax.Array, hyper: _Hyper, data: _Data) -> tuple[jax.Array, _Hy
     the cores of a single device mostly idle. jit propagates the sharding through the scan.
     """
     devices = jax.local_devices()
-    if len(devices) < 2 or seeds.shape[0] % len(devices):
-        return seeds, hyper, data
+    if len(devices) < 2 or jax.tree.leaves(runs)[0].shape[0] % len(devices):
+        return runs, shared
     mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-    runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    on_runs = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return (
-        jax.device_put(seeds, runs),
-        jax.device_put(hyper, runs),
-        jax.device_put(data, replicated),
-    )
-
-
-# Stand-ins for the vmapped fields, which reach the program as arrays, never as constants.
-_NEUTRAL = {"seed": 0, "lr": 1.0, "b1": 0.0, "b2": 0.0, "eps": 0.0, "weight_decay": 0.0}
+    return jax.device_put(runs, on_runs), jax.device_put(shared, replicated)
 
 
 @functools.lru_cache(maxsize=64)
@@ -244,9 +261,14 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     return jax.jit(jax.vmap(init_one)), jax.jit(chunk, static_argnums=3)
 
 
+def clear_compiled() -> None:
+    """Forget the compiled programs, so the next batch compiles from scratch (for timings)."""
+    _compiled.cache_clear()
+
+
 def step_flops(configs: Sequence[RunConfig], fast: bool = True) -> float:
     """XLA's FLOP estimate for one training step of the whole batch (metrics included)."""
-    cfg = _check_batch(configs)
+    cfg = check_batch(configs)
     with precision_scope(cfg.precision):
         batch = prepare(configs, fast=fast, shard=False)  # a sharded program counts per device
         _, train_step, _ = _build(cfg, get_precision(cfg.precision), fast)
@@ -272,26 +294,21 @@ def train(
     `shard=False` keeps the batch on one device; `on_chunk(steps)` is called as each chunk's
     metrics reach the host, with the steps every run advanced (for a caller's progress bar).
     """
-    cfg = _check_batch(configs)
+    cfg = check_batch(configs)
     start = time.perf_counter()
     with precision_scope(cfg.precision):
         batch = prepare(configs, chunk_steps, fast, shard)
         steps_per_chunk = batch.n_blocks * cfg.eval_every
-        state, chunks, pending = batch.state, [], None
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
         with bar:
-            for _ in range(batch.n_chunks):
-                state, out = batch.run_chunk(state, batch.hyper, batch.data, batch.n_blocks)
-                if pending is not None:  # fetch the previous chunk while this one runs
-                    chunks.append(jax.device_get(pending))
-                    bar.update(steps_per_chunk)
-                    if on_chunk is not None:
-                        on_chunk(steps_per_chunk)
-                pending = out
-            chunks.append(jax.device_get(pending))
-            bar.update(steps_per_chunk)
-            if on_chunk is not None:
-                on_chunk(steps_per_chunk)
+            state, chunks = stream_chunks(
+                lambda s: batch.run_chunk(s, batch.hyper, batch.data, batch.n_blocks),
+                batch.state,
+                batch.n_chunks,
+                steps_per_chunk,
+                bar,
+                on_chunk,
+            )
     seconds = time.perf_counter() - start
     final = jax.device_get(state[0])
     return [
@@ -303,6 +320,37 @@ def train(
         )
         for r, c in enumerate(configs)
     ]
+
+
+def stream_chunks(
+    run_chunk: Callable[[Any], tuple[Any, Any]],
+    state: Any,
+    n_chunks: int,
+    steps_per_chunk: int,
+    bar: tqdm.tqdm,
+    on_chunk: Callable[[int], object] | None = None,
+) -> tuple[Any, list]:
+    """Run `state, out = run_chunk(state)` n_chunks times: (final state, the outs on the host).
+
+    Each chunk is dispatched before the previous one's output is fetched, so the host copy
+    overlaps with compute. As each output arrives, `bar` advances `steps_per_chunk` steps
+    and `on_chunk(steps_per_chunk)` is called.
+    """
+    outs, pending = [], None
+
+    def fetch() -> None:
+        outs.append(jax.device_get(pending))
+        bar.update(steps_per_chunk)
+        if on_chunk is not None:
+            on_chunk(steps_per_chunk)
+
+    for _ in range(n_chunks):
+        state, out = run_chunk(state)
+        if pending is not None:
+            fetch()
+        pending = out
+    fetch()
+    return state, outs
 
 
 def _columns(chunks: list[tuple], run: int, eval_every: int) -> dict[str, np.ndarray]:

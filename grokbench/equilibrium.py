@@ -44,10 +44,11 @@ from typing import Any
 import numpy as np
 
 import numerics
-from grokbench.config import RunConfig
+from grokbench.config import RunConfig, from_stored
 from grokbench.precision import get_precision
 from grokbench.store import atomic_write_json, load_metrics
 from grokbench.sweep import dir_runs
+from grokbench.tables import align, finite_or_none, fmt, varying_keys
 
 __all__ = [
     "AGREEMENT",
@@ -142,28 +143,24 @@ def underflow_margin(cfg: RunConfig) -> float:
     return -math.log(tiny) - math.log(cfg.modular_task().num_train)
 
 
-def _num(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
 def run_rows(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]]) -> list[dict]:
     """One row per run, from (summary or {'config': ...}, metrics): its plateau verdict."""
     rows = []
     for summary, metrics in runs:
-        cfg = RunConfig(**summary["config"])
+        cfg = from_stored(summary["config"])
         verdict = plateau(metrics[MARGIN_METRIC])
         rows.append(
             {
                 "config": cfg.to_dict(),
-                "predicted": _num(numerics.equilibrium_margin(cfg.eps)),
+                "predicted": finite_or_none(numerics.equilibrium_margin(cfg.eps)),
                 "plateaued": verdict.plateaued,
-                "value": _num(verdict.value),
+                "value": finite_or_none(verdict.value),
                 "plateau_step": verdict.step,
-                "drift_per_1000": _num(verdict.drift),
-                "final": _num(verdict.final),
-                "peak": _num(verdict.peak),
+                "drift_per_1000": finite_or_none(verdict.drift),
+                "final": finite_or_none(verdict.final),
+                "peak": finite_or_none(verdict.peak),
                 "diverged": verdict.diverged,
-                "stop": _num(verdict.stop),  # the plateau value, else the peak
+                "stop": finite_or_none(verdict.stop),  # the plateau value, else the peak
                 "stop_step": verdict.stop_step,
                 "underflow_margin": underflow_margin(cfg) if cfg.eps == 0 else None,
             }
@@ -184,8 +181,7 @@ _GROUP_FIXED = ("eps", "weight_decay", "seed")  # always keys (eps, wd) or never
 
 def group_rows(rows: Sequence[dict]) -> list[dict]:
     """One row per group of runs equal but for the seed (first-seen order); module docstring."""
-    configs = [r["config"] for r in rows]
-    varying = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1] if rows else []
+    varying = varying_keys([r["config"] for r in rows])
     keys = ["eps", "weight_decay", *(k for k in varying if k not in _GROUP_FIXED)]
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -241,10 +237,6 @@ def analyze_dir(
     return rows, per_run
 
 
-def _fmt(x: float | None, spec: str = ".2f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def format_table(rows: Sequence[dict]) -> str:
     """The group rows as an aligned table, eps = 0 groups annotated."""
     if not rows:
@@ -273,7 +265,7 @@ def format_table(rows: Sequence[dict]) -> str:
             stop = "stops at" if r["stop_how"] == "plateau" else "peaks at"
             note = (
                 f"eps=0: grows until gradients underflow (~{r['underflow_margin']:.1f}); "
-                f"{stop} {_fmt(r['stop_margin'])} (step {_fmt(r['stop_step'], '.0f')})"
+                f"{stop} {fmt(r['stop_margin'], '.2f')} (step {fmt(r['stop_step'], '.0f')})"
             )
             if r["diverged"]:
                 note += f", then {r['diverged']:.0%} diverge (inf/NaN)"
@@ -289,20 +281,14 @@ def format_table(rows: Sequence[dict]) -> str:
                 format(r["eps"], "g"),
                 format(r["weight_decay"], "g"),
                 *(str(r[k]) for k in extra),
-                _fmt(r["predicted"]),
-                _fmt(r["measured_mean"]),
-                _fmt(r["measured_std"]),
-                _fmt(r["deviation"], "+.2f"),
+                fmt(r["predicted"], ".2f"),
+                fmt(r["measured_mean"], ".2f"),
+                fmt(r["measured_std"], ".2f"),
+                fmt(r["deviation"], "+.2f"),
                 f"{r['plateaued']:.2f}",
                 str(r["n"]),
-                _fmt(r["plateau_step_mean"], ".0f"),
+                fmt(r["plateau_step_mean"], ".0f"),
                 note,
             ]
         )
-    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:  # numbers right-aligned, the note left-aligned
-        padded = [c.rjust(w) for c, w in zip(cells[:-1], widths, strict=False)]
-        return "  ".join([*padded, cells[-1]]).rstrip()
-
-    return "\n".join(line(x) for x in [header, *lines])
+    return align([header, *lines], left_last=True)  # numbers right-aligned, the note left

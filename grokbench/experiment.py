@@ -12,18 +12,11 @@ import pathlib
 from collections.abc import Sequence
 
 from grokbench import console, distill, executors, slingshot
-from grokbench.config import RunConfig, group_key
+from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json, load_metrics
+from grokbench.tables import summary_table
 
-__all__ = ["format_table", "group_runs", "plan_units", "run_configs", "write_out"]
-
-
-def group_runs(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
-    """Split configs into shape groups (equal `group_key`), keeping first-seen order."""
-    groups: dict[tuple, list[RunConfig]] = {}
-    for cfg in configs:
-        groups.setdefault(group_key(cfg), []).append(cfg)
-    return list(groups.values())
+__all__ = ["format_table", "plan_units", "run_configs", "write_out"]
 
 
 def plan_units(configs: Sequence[RunConfig], max_batch: int | None = None) -> list[list[RunConfig]]:
@@ -112,30 +105,17 @@ def write_out(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathlib
     return path
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def format_table(summaries: Sequence[dict]) -> str:
     """One line per run: the keys that vary across runs, then the headline numbers."""
     if summaries and all("kl_final" in s for s in summaries):
         return distill.format_table(summaries)  # distillation runs: residual, KL and drift
-    configs = [s["config"] for s in summaries]
-    varying = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1] if configs else []
-    keys = [k for k in varying if k != "seed"] + ["seed"]
-    header = [*keys, "test_acc", "train_acc", "margin", "max_loss_mem", "spikes", "sec"]
-    rows = [
+    return summary_table(
+        summaries,
         [
-            *(str(s["config"][k]) for k in keys),
-            _fmt(s["test_accuracy"], ".4f"),
-            _fmt(s["train_accuracy"], ".4f"),
-            _fmt(s["final_margin"], ".2f"),
-            _fmt(s["max_train_loss_after_memorization"], ".2e"),
-            str(s["spikes"]),
-            _fmt(s["seconds"], ".1f") + ("*" if s.get("cached") else ""),
-        ]
-        for s in summaries
-    ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
-    return "\n".join(lines)
+            ("test_acc", "test_accuracy", ".4f"),
+            ("train_acc", "train_accuracy", ".4f"),
+            ("margin", "final_margin", ".2f"),
+            ("max_loss_mem", "max_train_loss_after_memorization", ".2e"),
+            ("spikes", "spikes", None),
+        ],
+    )

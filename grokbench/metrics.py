@@ -30,7 +30,15 @@ import numpy as np
 
 import numerics
 
-__all__ = ["STEP_METRICS", "TEST_METRICS", "eval_metrics", "metric_dtype", "step_metrics"]
+__all__ = [
+    "STEP_METRICS",
+    "TEST_METRICS",
+    "accuracy",
+    "eval_metrics",
+    "metric_dtype",
+    "step_metrics",
+    "sum_squares",
+]
 
 STEP_METRICS: tuple[str, ...] = (
     "train_loss",
@@ -56,12 +64,14 @@ def metric_dtype(compute_dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if compute_dtype == np.float64 else np.dtype(np.float32)
 
 
-def _accuracy(logits_NxK: jax.Array, labels_N: jax.Array, dtype: np.dtype) -> jax.Array:
+def accuracy(logits_NxK: jax.Array, labels_N: jax.Array, dtype: np.dtype) -> jax.Array:
+    """The fraction of examples whose argmax is the label, in `dtype`."""
     predicted_N = jnp.argmax(logits_NxK, axis=-1).astype(labels_N.dtype)  # int64 under x64
     return jnp.mean((predicted_N == labels_N).astype(dtype))
 
 
-def _sum_squares(tree: object, dtype: np.dtype) -> tuple[jax.Array, int]:
+def sum_squares(tree: object, dtype: np.dtype) -> tuple[jax.Array, int]:
+    """(sum of the squares of every leaf, widened to `dtype` first; number of elements)."""
     leaves = jax.tree.leaves(tree)
     total = sum(jnp.sum(jnp.square(leaf.astype(dtype))) for leaf in leaves)
     return total, sum(leaf.size for leaf in leaves)
@@ -87,13 +97,13 @@ def step_metrics(
     row_sum_N = jnp.abs(jnp.sum(g_NxK, axis=-1))
     total_abs = jnp.sum(jnp.abs(g_NxK))
     tiny = jnp.asarray(np.finfo(dt).tiny, dt)  # 0/0 -> 0 when every gradient is exactly 0
-    sq_dir, n_dir = _sum_squares(direction, dt)
-    sq_par, _ = _sum_squares(params, dt)
+    sq_dir, n_dir = sum_squares(direction, dt)
+    sq_par, _ = sum_squares(params, dt)
     return {
         "train_loss": loss.astype(dt),
         # softplus(-m) = log(1 + e^-m) via logaddexp: no 1 + e^-m is ever rounded.
         "train_ce": jnp.mean(jax.nn.softplus(-margin_N)),
-        "train_acc": _accuracy(z_NxK, labels_N, dt),
+        "train_acc": accuracy(z_NxK, labels_N, dt),
         "margin_mean": jnp.mean(margin_N),
         "margin_min": jnp.min(margin_N),
         "margin_median": jnp.median(margin_N),
@@ -108,4 +118,4 @@ def step_metrics(
 def eval_metrics(logits_NxK: jax.Array, loss: jax.Array, labels_N: jax.Array) -> dict:
     """The `TEST_METRICS`: the objective's mean loss and the accuracy on the test split."""
     dt = metric_dtype(np.dtype(logits_NxK.dtype))
-    return {"test_loss": loss.astype(dt), "test_acc": _accuracy(logits_NxK, labels_N, dt)}
+    return {"test_loss": loss.astype(dt), "test_acc": accuracy(logits_NxK, labels_N, dt)}

@@ -30,15 +30,20 @@ import optax
 from jax.typing import ArrayLike
 
 __all__ = [
+    "Hyper",
     "ScaleByAdamState",
     "ScaleByLaPropState",
     "adam",
     "adamw",
     "add_decayed_weights",
+    "apply",
+    "bias_correction",
     "laprop",
     "scale_by_adam",
+    "scale_by_direction",
     "scale_by_laprop",
     "scale_by_learning_rate",
+    "update_moment",
 ]
 
 
@@ -67,6 +72,35 @@ def _increment(count: jax.Array) -> jax.Array:
     return jnp.where(count < jnp.iinfo(jnp.int32).max, count + 1, count)
 
 
+def update_moment(
+    updates: optax.Updates, moments: optax.Updates, decay: ArrayLike, order: int
+) -> optax.Updates:
+    """The EMA (1 - decay) * g^order + decay * t of each leaf, in its dtype (order 1 or 2).
+
+    The expression order of `optax.tree.update_moment`; g^2 is `jnp.square(g)`.
+    """
+    power = {1: lambda g: g, 2: jnp.square}[order]
+    return jax.tree.map(
+        lambda g, t: _as(1 - decay, g) * power(g) + _as(decay, g) * t, updates, moments
+    )
+
+
+def bias_correction(moments: optax.Updates, decay: ArrayLike, count: jax.Array) -> optax.Updates:
+    """Each leaf over 1 - decay**count (formed in the default float, then cast to its dtype)."""
+    correction = _one_minus_pow(decay, count)
+    return jax.tree.map(lambda t: t / correction.astype(t.dtype), moments)
+
+
+def _init_moments(state: type) -> optax.TransformInitFn:
+    """init(params) -> state(count 0 as int32, zero `mu`, zero `nu` in the parameter dtypes)."""
+
+    def init_fn(params: optax.Params) -> NamedTuple:
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return state(jnp.zeros([], jnp.int32), zeros, zeros)
+
+    return init_fn
+
+
 class ScaleByAdamState(NamedTuple):
     """Adam state: step count (int32), first moment `mu`, second moment `nu`."""
 
@@ -80,29 +114,18 @@ def scale_by_adam(
 ) -> optax.GradientTransformation:
     """Adam's direction m_hat / (sqrt(v_hat) + eps), dtype-preserving, eps = 0 allowed."""
 
-    def init_fn(params: optax.Params) -> ScaleByAdamState:
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return ScaleByAdamState(jnp.zeros([], jnp.int32), zeros, zeros)
-
     def update_fn(
         updates: optax.Updates, state: ScaleByAdamState, params: optax.Params | None = None
     ) -> tuple[optax.Updates, ScaleByAdamState]:
         del params
         count = _increment(state.count)
-        bc1, bc2 = _one_minus_pow(b1, count), _one_minus_pow(b2, count)
-        # Same expression order as optax.tree.update_moment: (1 - b) * g^k + b * t.
-        mu = jax.tree.map(lambda g, m: _as(1 - b1, g) * g + _as(b1, g) * m, updates, state.mu)
-        nu = jax.tree.map(
-            lambda g, v: _as(1 - b2, g) * jnp.square(g) + _as(b2, g) * v, updates, state.nu
-        )
+        mu = update_moment(updates, state.mu, b1, 1)
+        nu = update_moment(updates, state.nu, b2, 2)
+        mu_hat, nu_hat = bias_correction(mu, b1, count), bias_correction(nu, b2, count)
+        out = jax.tree.map(lambda m, v: _safe_div(m, jnp.sqrt(v) + _as(eps, v)), mu_hat, nu_hat)
+        return out, ScaleByAdamState(count, mu, nu)
 
-        def direction(m: jax.Array, v: jax.Array) -> jax.Array:
-            m_hat, v_hat = m / bc1.astype(m.dtype), v / bc2.astype(v.dtype)
-            return _safe_div(m_hat, jnp.sqrt(v_hat) + _as(eps, v))
-
-        return jax.tree.map(direction, mu, nu), ScaleByAdamState(count, mu, nu)
-
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_init_moments(ScaleByAdamState), update_fn)
 
 
 class ScaleByLaPropState(NamedTuple):
@@ -146,35 +169,23 @@ def scale_by_laprop(
     `_update_sqrt_v`) so gradients whose square underflows keep their weight.
     """
 
-    def init_fn(params: optax.Params) -> ScaleByLaPropState:
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return ScaleByLaPropState(jnp.zeros([], jnp.int32), zeros, zeros)
-
     def update_fn(
         updates: optax.Updates, state: ScaleByLaPropState, params: optax.Params | None = None
     ) -> tuple[optax.Updates, ScaleByLaPropState]:
         del params
         count = _increment(state.count)
-        bc1, bc2 = _one_minus_pow(b1, count), _one_minus_pow(b2, count)
         if track_sqrt_v:
             nu = jax.tree.map(lambda g, r: _update_sqrt_v(g, r, b2), updates, state.nu)
-            sqrt_bc2 = jnp.sqrt(bc2)
+            sqrt_bc2 = jnp.sqrt(_one_minus_pow(b2, count))
             rms = jax.tree.map(lambda r: r / sqrt_bc2.astype(r.dtype), nu)
         else:
-            nu = jax.tree.map(
-                lambda g, v: _as(1 - b2, g) * jnp.square(g) + _as(b2, g) * v, updates, state.nu
-            )
-            rms = jax.tree.map(lambda v: jnp.sqrt(v / bc2.astype(v.dtype)), nu)
-        mu = jax.tree.map(
-            lambda g, m, s: _as(1 - b1, g) * _safe_div(g, s + _as(eps, s)) + _as(b1, g) * m,
-            updates,
-            state.mu,
-            rms,
-        )
-        direction = jax.tree.map(lambda m: m / bc1.astype(m.dtype), mu)
-        return direction, ScaleByLaPropState(count, mu, nu)
+            nu = update_moment(updates, state.nu, b2, 2)
+            rms = jax.tree.map(jnp.sqrt, bias_correction(nu, b2, count))
+        normalized = jax.tree.map(lambda g, s: _safe_div(g, s + _as(eps, s)), updates, rms)
+        mu = update_moment(normalized, state.mu, b1, 1)
+        return bias_correction(mu, b1, count), ScaleByLaPropState(count, mu, nu)
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_init_moments(ScaleByLaPropState), update_fn)
 
 
 def add_decayed_weights(weight_decay: ArrayLike) -> optax.GradientTransformation:
@@ -243,3 +254,44 @@ def laprop(
         add_decayed_weights(weight_decay),
         scale_by_learning_rate(learning_rate),
     )
+
+
+class Hyper(NamedTuple):
+    """One run's optimizer numbers: scalars, or arrays of shape (R,) for a batch of R runs."""
+
+    lr: jax.Array
+    b1: jax.Array
+    b2: jax.Array
+    eps: jax.Array
+    weight_decay: jax.Array
+
+
+def scale_by_direction(
+    optimizer: str, b1: ArrayLike, b2: ArrayLike, eps: ArrayLike, track_sqrt_v: bool = False
+) -> optax.GradientTransformation:
+    """The direction transform of `optimizer` ('adam', 'adamw' or 'laprop'), before decay and lr."""
+    if optimizer == "laprop":
+        return scale_by_laprop(b1, b2, eps, track_sqrt_v=track_sqrt_v)
+    if optimizer in ("adam", "adamw"):
+        return scale_by_adam(b1, b2, eps)
+    raise ValueError(f"unknown optimizer {optimizer!r}")
+
+
+def apply(
+    direction_tx: optax.GradientTransformation,
+    grads: optax.Updates,
+    opt_state: optax.OptState,
+    params: optax.Params,
+    *,
+    learning_rate: ArrayLike,
+    weight_decay: ArrayLike,
+) -> tuple[optax.Params, optax.Updates, optax.OptState]:
+    """One step of direction -> + weight_decay * params -> * -learning_rate on `params`.
+
+    The chain of `adamw` and `laprop` (`adam` is weight_decay = 0), unrolled so the caller
+    sees the direction itself. Returns (new params, direction, new direction state).
+    """
+    out, opt_state = direction_tx.update(grads, opt_state)
+    decayed, _ = add_decayed_weights(weight_decay).update(out, optax.EmptyState(), params)
+    updates, _ = scale_by_learning_rate(learning_rate).update(decayed, optax.EmptyState())
+    return optax.apply_updates(params, updates), out, opt_state

@@ -15,21 +15,20 @@ perplexity is reported as mean and standard deviation (ddof = 0) over the subset
 
 from __future__ import annotations
 
-import io
 import json
 import pathlib
 import time
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grokbench.store import atomic_write_bytes, atomic_write_json
+from grokbench.quant_config import QuantConfig, parse_bits
+from grokbench.quant_train import train_batches
+from grokbench.store import atomic_write_json, atomic_write_npz
 from tasks import (
     Corpus,
     QuantModelConfig,
-    make_quant_batch,
     make_quant_probe,
     mse_range,
     quant_eval_batches,
@@ -39,28 +38,10 @@ from tasks import (
     weight_names,
 )
 
-if TYPE_CHECKING:
-    from grokbench.quant import QuantConfig
-
-__all__ = ["BIT_CONFIGS", "evaluate", "load_evaluation", "parse_bits"]
-
-BIT_CONFIGS: tuple[str, ...] = ("W8A8", "W6A8", "W4A8", "W6A6")
-"""The paper's bit widths: Table 2 (W8A8) and Table 10 (W6A8, W4A8, W6A6)."""
+__all__ = ["evaluate", "load_evaluation"]
 
 _HIST_BINS = 1024  # histogram resolution of the MSE activation estimator
 _EVAL_SEED = 1234  # masks of the fixed validation batches
-
-
-def parse_bits(name: str) -> tuple[int, int]:
-    """'W8A8' -> (8, 8)."""
-    upper = name.upper()
-    if not upper.startswith("W") or "A" not in upper:
-        raise ValueError(f"bit config must look like W8A8, got {name!r}")
-    w, a = upper[1:].split("A", 1)
-    bits = int(w), int(a)
-    if not all(2 <= b <= 16 for b in bits):
-        raise ValueError(f"bit widths must be in [2, 16], got {name!r}")
-    return bits
 
 
 def _weight_method(cfg: QuantConfig, w_bits: int) -> str:
@@ -285,17 +266,7 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, root: pathlib.Path)
             key = (w_bits, method, subset, a_bits if cfg.act_range == "mse" else None)
             if key not in ranges:
                 rng = np.random.default_rng([cfg.seed, 100 + subset])
-                calib = [
-                    make_quant_batch(
-                        cfg.family,
-                        corpus.train_ids,
-                        rng,
-                        cfg.batch_size,
-                        cfg.seq_len,
-                        corpus.vocab_size,
-                    )
-                    for _ in range(cfg.calib_batches)
-                ]
+                calib = train_batches(cfg, corpus, rng, cfg.calib_batches)
                 ranges[key] = runner.calibrate(q_params, calib, a_bits)
             lo, hi = ranges[key]
             runs.append(runner.perplexity(q_params, val, lo, hi, a_bits, quantize=True))
@@ -312,8 +283,6 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, root: pathlib.Path)
         "eval_seconds": time.perf_counter() - start,
     }
     run_dir = _eval_dir(root, cfg)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    atomic_write_bytes(run_dir / "analysis.npz", buf.getvalue())
+    atomic_write_npz(run_dir / "analysis.npz", arrays)
     atomic_write_json(run_dir / "summary.json", summary)
     return summary

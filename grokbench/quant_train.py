@@ -10,11 +10,9 @@ share one compiled training program.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import pathlib
 import time
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +21,8 @@ import optax
 from tqdm.auto import tqdm
 
 from grokbench.optimizers import add_decayed_weights, scale_by_adam
-from grokbench.store import atomic_write_bytes, atomic_write_json
+from grokbench.quant_config import QuantConfig
+from grokbench.store import atomic_write_json, atomic_write_npz
 from tasks import (
     Corpus,
     QuantModelConfig,
@@ -35,10 +34,7 @@ from tasks import (
     stack_batches,
 )
 
-if TYPE_CHECKING:
-    from grokbench.quant import QuantConfig
-
-__all__ = ["load_params", "train"]
+__all__ = ["load_params", "train", "train_batches"]
 
 _CHUNK = 100  # steps per compiled call: progress updates every few seconds, compile once
 
@@ -99,6 +95,18 @@ def _programs(
     return init_opt, chunk
 
 
+def train_batches(
+    cfg: QuantConfig, corpus: Corpus, rng: np.random.Generator, n: int
+) -> list[dict[str, np.ndarray]]:
+    """`n` random training batches of `cfg`'s family and shape, drawn from `rng`."""
+    return [
+        make_quant_batch(
+            cfg.family, corpus.train_ids, rng, cfg.batch_size, cfg.seq_len, corpus.vocab_size
+        )
+        for _ in range(n)
+    ]
+
+
 def _run_dir(root: pathlib.Path, cfg: QuantConfig) -> pathlib.Path:
     return pathlib.Path(root) / "quant" / "train" / cfg.train_hash()
 
@@ -148,19 +156,7 @@ def train(
         done = 0
         while done < cfg.steps:
             n = min(_CHUNK, cfg.steps - done)
-            batches = stack_batches(
-                [
-                    make_quant_batch(
-                        cfg.family,
-                        corpus.train_ids,
-                        rng,
-                        cfg.batch_size,
-                        cfg.seq_len,
-                        corpus.vocab_size,
-                    )
-                    for _ in range(n)
-                ]
-            )
+            batches = stack_batches(train_batches(cfg, corpus, rng, n))
             params, opt_state, chunk_losses = chunk(params, opt_state, batches, hp)
             losses.append(np.asarray(chunk_losses))
             done += n
@@ -178,11 +174,8 @@ def train(
     }
     run_dir = _run_dir(root, cfg)
     atomic_write_json(run_dir / "config.json", cfg.train_dict())
-    buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v) for k, v in params.items()})
-    atomic_write_bytes(run_dir / "params.npz", buf.getvalue())
-    buf = io.BytesIO()
-    np.savez(buf, step=np.arange(1, len(loss_curve) + 1), train_loss=loss_curve)
-    atomic_write_bytes(run_dir / "metrics.npz", buf.getvalue())
+    atomic_write_npz(run_dir / "params.npz", params)
+    steps = np.arange(1, len(loss_curve) + 1)
+    atomic_write_npz(run_dir / "metrics.npz", {"step": steps, "train_loss": loss_curve})
     atomic_write_json(run_dir / "summary.json", summary)
     return params, summary

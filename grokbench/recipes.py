@@ -196,8 +196,8 @@ def expand(
     settings: dict[str, Any] = {"seeds": recipe.seeds}
     if quick:
         settings.update(recipe.quick)
-    seeds = user.pop("seeds", (settings.pop("seeds"),))[0]
-    settings.pop("seeds", None)
+    recipe_seeds = settings.pop("seeds")  # a run count, not a RunConfig field
+    seeds = user.pop("seeds", (recipe_seeds,))[0]
     axes_user = {k: v for k, v in user.items() if len(v) > 1}
     fixed_user = {k: v[0] for k, v in user.items() if len(v) == 1}
     runs: dict[RunConfig, None] = {}

@@ -39,6 +39,7 @@ import numpy as np
 import numerics
 from grokbench.config import RunConfig
 from grokbench.precision import get_precision
+from grokbench.tables import align, finite_or_none, run_keys
 
 __all__ = [
     "LAUNCH_FACTOR",
@@ -190,8 +191,7 @@ def count_spikes(train_loss: np.ndarray, train_acc: np.ndarray, **rule: float) -
 def format_spikes(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]]) -> str:
     """A table of every spike of (summary, metrics) runs; a run without spikes gets one row."""
     configs = [summary["config"] for summary, _ in runs]
-    varying = [k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1] if runs else []
-    keys = [k for k in varying if k != "seed"] + ["seed"]
+    keys = run_keys(configs)
     header = [*keys, "spike", "step", "peak_loss", "decades", "margin", "median", "past_cliff"]
     header.append("cliff")
     rows = []
@@ -216,8 +216,7 @@ def format_spikes(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarra
                     cliff,
                 ]
             )
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
+    lines = [align([header, *rows])]
     total = sum(r[len(keys)] != "0" for r in rows)
     lines.append(
         f"\n{total} spikes in {len(runs)} runs. margin, median and past_cliff: mean and median "
@@ -225,12 +224,6 @@ def format_spikes(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarra
         "launched from; decades: log10(peak / loss at launch)."
     )
     return "\n".join(lines)
-
-
-def _num(x: Any) -> float | None:
-    """A JSON-safe float: NaN/inf become None."""
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float) -> dict:
@@ -244,10 +237,10 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
     compute = get_precision(cfg.precision).compute_dtype
     return {
         "config": cfg.to_dict(),
-        "test_accuracy": _num(test_acc[-1]),
-        "train_accuracy": _num(acc[-1]),
-        "final_margin": _num(metrics["margin_mean"][-1]),
-        "max_train_loss_after_memorization": _num(after.max()) if after.size else None,
+        "test_accuracy": finite_or_none(test_acc[-1]),
+        "train_accuracy": finite_or_none(acc[-1]),
+        "final_margin": finite_or_none(metrics["margin_mean"][-1]),
+        "max_train_loss_after_memorization": finite_or_none(after.max()) if after.size else None,
         "spikes": len(spikes),
         "steps": int(cfg.steps),
         "seconds": float(seconds),
@@ -255,12 +248,12 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
         "spike_steps": spikes,
         "memorization_step": mem,
         "grok_step": int(test_step[grokked[0]]) if grokked.size else None,
-        "final_train_loss": _num(metrics["train_loss"][-1]),
-        "final_train_ce": _num(ce[-1]),
-        "final_test_loss": _num(metrics["test_loss"][-1]),
-        "final_min_margin": _num(metrics["margin_min"][-1]),
-        "final_frac_past_cliff": _num(metrics["frac_past_cliff"][-1]),
+        "final_train_loss": finite_or_none(metrics["train_loss"][-1]),
+        "final_train_ce": finite_or_none(ce[-1]),
+        "final_test_loss": finite_or_none(metrics["test_loss"][-1]),
+        "final_min_margin": finite_or_none(metrics["margin_min"][-1]),
+        "final_frac_past_cliff": finite_or_none(metrics["frac_past_cliff"][-1]),
         "precision_cliff": numerics.precision_cliff(compute),
-        "equilibrium_margin": _num(numerics.equilibrium_margin(cfg.eps)),
+        "equilibrium_margin": finite_or_none(numerics.equilibrium_margin(cfg.eps)),
         "summary_version": SUMMARY_VERSION,
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import pathlib
 import tempfile
@@ -22,16 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from grokbench.config import RunConfig, config_hash, identity
+from grokbench.config import ConfigError, RunConfig, config_hash, from_stored, identity
 
 __all__ = [
     "Store",
     "atomic_write_bytes",
     "atomic_write_json",
+    "atomic_write_npz",
     "default_root",
     "load_metrics",
     "metrics_frame",
 ]
+
+
+_log = logging.getLogger(__name__)
 
 
 def default_root() -> pathlib.Path:
@@ -73,6 +78,13 @@ def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def atomic_write_npz(path: pathlib.Path, arrays: Mapping[str, Any]) -> None:
+    """`atomic_write_bytes` of an uncompressed .npz: one array per name."""
+    buf = io.BytesIO()
+    np.savez(buf, **{name: np.asarray(x) for name, x in arrays.items()})
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def load_metrics(run_dir: pathlib.Path) -> dict[str, np.ndarray]:
     """A run's metric columns, as NumPy arrays."""
     with np.load(pathlib.Path(run_dir) / "metrics.npz") as npz:
@@ -102,7 +114,12 @@ class Store:
         return self.root / "runs" / config_hash(cfg)
 
     def load_summary(self, cfg: RunConfig) -> dict | None:
-        """The stored summary of a finished run of `cfg`, or None if there is none."""
+        """The stored summary of a finished run of `cfg`, or None if there is none.
+
+        A summary whose config no longer fits `RunConfig` (a field removed or renamed since
+        it was written) is stale: one warning line is logged and None returned, so the run
+        is trained again.
+        """
         path = self.run_dir(cfg) / "summary.json"
         if not path.is_file():
             return None
@@ -111,7 +128,13 @@ class Store:
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None  # truncated or garbled (not by this store's atomic writes): redo the run
         stored = summary.get("config") if isinstance(summary, dict) else None
-        if not isinstance(stored, dict) or identity(RunConfig(**stored)) != identity(cfg):
+        try:
+            old = from_stored(stored)
+        except ConfigError as err:
+            # Written under another RunConfig schema: stale, so the run is trained again.
+            _log.warning("stale run %s (%s): training it again", path.parent, err)
+            return None
+        if identity(old) != identity(cfg):
             # A hash collision or a hand-edited file.
             raise RuntimeError(f"{path} holds a different config than its hash says")
         return summary
@@ -147,13 +170,9 @@ class Store:
         # An old summary.json would vouch for the files rewritten below until the new one lands.
         (run_dir / "summary.json").unlink(missing_ok=True)
         atomic_write_json(run_dir / "config.json", cfg.to_dict())
-        buf = io.BytesIO()
-        np.savez(buf, **{name: np.asarray(col) for name, col in metrics.items()})
-        atomic_write_bytes(run_dir / "metrics.npz", buf.getvalue())
+        atomic_write_npz(run_dir / "metrics.npz", metrics)
         if params is not None:
-            buf = io.BytesIO()
-            np.savez(buf, **{name: np.asarray(x) for name, x in params.items()})
-            atomic_write_bytes(run_dir / "params.npz", buf.getvalue())
+            atomic_write_npz(run_dir / "params.npz", params)
         atomic_write_json(run_dir / "summary.json", summary)
 
     def load_params(self, cfg: RunConfig) -> dict[str, np.ndarray] | None:

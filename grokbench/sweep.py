@@ -30,7 +30,7 @@ import pathlib
 from collections.abc import Iterator, Sequence
 
 from grokbench import executors, experiment, recipes
-from grokbench.config import ConfigError, RunConfig, config_hash, parse_overrides
+from grokbench.config import ConfigError, RunConfig, config_hash, from_stored, parse_overrides
 from grokbench.store import Store, atomic_write_bytes
 
 __all__ = [
@@ -139,7 +139,7 @@ def table_rows(summaries: Sequence[dict], out_dir: pathlib.Path | str) -> list[d
     out = pathlib.Path(out_dir)
     rows = []
     for s in summaries:
-        cfg = RunConfig(**s["config"])
+        cfg = from_stored(s["config"])
         run_dir = pathlib.Path(s.get("run_dir", out / "runs" / config_hash(cfg)))
         with contextlib.suppress(ValueError):
             run_dir = run_dir.relative_to(out)
@@ -181,7 +181,7 @@ def dir_runs(path: pathlib.Path | str) -> list[tuple[dict, pathlib.Path]]:
     out = []
     if index.is_file():
         for summary in json.loads(index.read_text())["runs"]:
-            own = root / "runs" / config_hash(RunConfig(**summary["config"]))
+            own = root / "runs" / config_hash(from_stored(summary["config"]))
             places = [own, pathlib.Path(summary.get("run_dir", own))]
             found = next((p for p in places if (p / "metrics.npz").is_file()), None)
             if found is None:

@@ -4,10 +4,16 @@ The fixed functions compute in their input dtype (bf16, fp16, fp32, fp64) and
 stay accurate where the standard ones break: past the precision cliff
 (Softmax Collapse) and as student logits approach teacher logits (Softmax
 Cancellation). `numerics.standard` holds the standard versions, `numerics.oracle`
-the mpmath references.
+the mpmath references (imported on first use, so training never loads mpmath).
+
+Array arguments are array-likes: JAX or NumPy arrays, scalars, or (nested) lists, which
+take JAX's default dtype as `jnp.asarray` gives it. float64 input needs x64 enabled
+(`jax.enable_x64`); without it the functions raise rather than compute in float32.
 """
 
-from numerics import oracle as oracle
+import importlib
+from typing import Any
+
 from numerics import standard as standard
 from numerics._baselines import clipped_softmax as clipped_softmax
 from numerics._baselines import clipped_softmax_gamma as clipped_softmax_gamma
@@ -38,3 +44,10 @@ __all__ = [
     "zero_sum_cross_entropy",
     "zero_sum_gradient",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`numerics.oracle`, imported on first access (it needs mpmath)."""
+    if name == "oracle":
+        return importlib.import_module("numerics.oracle")
+    raise AttributeError(f"module 'numerics' has no attribute {name!r}")

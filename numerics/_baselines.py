@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from numerics import _checks
 from numerics._cross_entropy import prepare, valid_rows
@@ -19,7 +20,9 @@ def _stablemax_s(x: jax.Array) -> jax.Array:
     return jnp.where(x >= 0, x + one, one / (one - jnp.minimum(x, jnp.zeros((), x.dtype))))
 
 
-def stablemax_cross_entropy(logits, labels, axis: int = -1, where=None) -> jax.Array:
+def stablemax_cross_entropy(
+    logits: ArrayLike, labels: ArrayLike, axis: int = -1, where: ArrayLike | None = None
+) -> jax.Array:
     r"""StableMax cross-entropy (Prieto et al., 2025): exp replaced by a rational s(x).
 
     s(x) = x + 1 for x >= 0, 1/(1 - x) for x < 0; probabilities s(z_k) / sum_j s(z_j);
@@ -75,7 +78,7 @@ def _zero_sum_bwd(mask, cotangent):
 _zero_sum.defvjp(_zero_sum_fwd, _zero_sum_bwd)
 
 
-def zero_sum_gradient(x, axis: int = -1, where=None) -> jax.Array:
+def zero_sum_gradient(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
     r"""Identity whose backward pass subtracts the mean along `axis` (Liu et al., 2026).
 
     Put it in front of a loss to force its logit gradients to sum to zero:
@@ -105,7 +108,9 @@ def zero_sum_gradient(x, axis: int = -1, where=None) -> jax.Array:
     return jnp.moveaxis(_zero_sum(x, mask), -1, axis)
 
 
-def zero_sum_cross_entropy(logits, labels, axis: int = -1, where=None) -> jax.Array:
+def zero_sum_cross_entropy(
+    logits: ArrayLike, labels: ArrayLike, axis: int = -1, where: ArrayLike | None = None
+) -> jax.Array:
     """Standard cross-entropy with its logit gradient projected to zero sum (Liu et al., 2026).
 
     The forward value is `numerics.standard.cross_entropy`; only the gradient is
@@ -124,7 +129,13 @@ def zero_sum_cross_entropy(logits, labels, axis: int = -1, where=None) -> jax.Ar
     return standard_cross_entropy(projected, labels, axis=axis, where=where)
 
 
-def clipped_softmax(x, gamma, zeta: float = 1.0, axis: int = -1, where=None) -> jax.Array:
+def clipped_softmax(
+    x: ArrayLike,
+    gamma: ArrayLike,
+    zeta: ArrayLike = 1.0,
+    axis: int = -1,
+    where: ArrayLike | None = None,
+) -> jax.Array:
     r"""Clipped softmax (Bondarenko et al., 2023): clip((zeta - gamma) softmax(x) + gamma, 0, 1).
 
     With gamma < 0 an attention head can output exact zeros with finite logits,

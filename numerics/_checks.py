@@ -9,21 +9,45 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 _FLOATS = "bfloat16, float16, float32 or float64"
 
 
-def check_float(x, name: str) -> jax.Array:
+def _dtype(x: ArrayLike, name: str) -> np.dtype:
+    """The dtype `x` has as a JAX array: its own, or JAX's default for Python values and lists.
+
+    float64 without x64 would silently become float32, so it raises instead.
+    """
+    if hasattr(x, "dtype"):
+        dtype = np.dtype(x.dtype)
+    elif isinstance(x, list | tuple | bool | int | float):
+        try:
+            dtype = np.dtype(jnp.asarray(x).dtype)  # as jnp.asarray would convert it
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be an array of numbers; {err}") from None
+    else:
+        raise TypeError(f"{name} must be an array; got {type(x).__name__}.")
+    if dtype == np.float64 and jax.dtypes.canonicalize_dtype(np.float64) != np.float64:
+        raise TypeError(
+            f"{name} is float64 but JAX's x64 mode is off, which would silently compute in "
+            "float32: enable x64 (`jax.config.update('jax_enable_x64', True)`, or "
+            "`with jax.enable_x64(True):`) or pass float32."
+        )
+    return dtype
+
+
+def check_float(x: ArrayLike, name: str) -> jax.Array:
     """Return `x` as a jax array, raising TypeError unless it is floating point."""
-    dtype = np.result_type(x) if not hasattr(x, "dtype") else x.dtype
+    dtype = _dtype(x, name)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{name} must be a floating-point array ({_FLOATS}); got dtype {dtype}.")
     return jnp.asarray(x)
 
 
-def check_int(x, name: str) -> jax.Array:
+def check_int(x: ArrayLike, name: str) -> jax.Array:
     """Return `x` as a jax array, raising TypeError unless it holds integers."""
-    dtype = np.result_type(x) if not hasattr(x, "dtype") else x.dtype
+    dtype = _dtype(x, name)
     if not jnp.issubdtype(dtype, jnp.integer):
         raise TypeError(f"{name} must be an integer array of class indices; got dtype {dtype}.")
     return jnp.asarray(x)
@@ -38,7 +62,7 @@ def check_axis(x: jax.Array, axis: int, name: str) -> int:
     return axis % x.ndim
 
 
-def check_mask(where, shape: tuple[int, ...]) -> jax.Array | None:
+def check_mask(where: ArrayLike | None, shape: tuple[int, ...]) -> jax.Array | None:
     """Return the boolean mask broadcast to `shape`, or None when there is none."""
     if where is None:
         return None
@@ -54,7 +78,7 @@ def check_mask(where, shape: tuple[int, ...]) -> jax.Array | None:
     return jnp.broadcast_to(where, shape)
 
 
-def check_labels(labels, logits: jax.Array, axis: int) -> jax.Array:
+def check_labels(labels: ArrayLike, logits: jax.Array, axis: int) -> jax.Array:
     """Check integer labels against logits with the class axis at `axis`.
 
     Concrete labels outside [0, K) raise ValueError here; traced ones (under
@@ -78,7 +102,9 @@ def check_labels(labels, logits: jax.Array, axis: int) -> jax.Array:
     return labels
 
 
-def check_student_teacher(student, teacher, axis: int, temperature):
+def check_student_teacher(
+    student: ArrayLike, teacher: ArrayLike, axis: int, temperature: ArrayLike
+):
     """Check a (student, teacher) logit pair; return both with the class axis last, divided by T."""
     student = check_float(student, "student_logits")
     teacher = check_float(teacher, "teacher_logits")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from numerics import _checks
 
@@ -90,7 +91,7 @@ def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:
     return out if mask is None else jnp.where(mask, out, -jnp.inf)
 
 
-def log_softmax(x, axis: int = -1, where=None) -> jax.Array:
+def log_softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
     r"""Log-softmax that stays accurate when one entry dominates (Softmax Collapse fix).
 
     With i = argmax(x) and the margin m = x_i - logsumexp_{j != i} x_j,
@@ -131,7 +132,7 @@ def log_softmax(x, axis: int = -1, where=None) -> jax.Array:
     return jnp.moveaxis(_margin_form(x, mask), -1, axis)
 
 
-def softmax(x, axis: int = -1, where=None) -> jax.Array:
+def softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
     r"""Softmax as exp of the fixed `log_softmax`, so its gradient survives the cliff.
 
     The dominant probability is exp(-softplus(-m)) = 1/(1 + e^-m), and its

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from numerics import _checks
 from numerics._cross_entropy import prepare
 
 
-def log_softmax(x, axis: int = -1, where=None) -> jax.Array:
+def log_softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
     """`jax.nn.log_softmax`: x - max - log(sum(exp(x - max))); 1 + e^-m rounds to 1 past the cliff.
 
     Args:
@@ -35,7 +36,7 @@ def log_softmax(x, axis: int = -1, where=None) -> jax.Array:
     return jax.nn.log_softmax(x, axis=axis, where=where)
 
 
-def softmax(x, axis: int = -1, where=None) -> jax.Array:
+def softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
     """`jax.nn.softmax`: its backward pass zeroes the dominant entry's gradient past the cliff.
 
     Args:
@@ -52,7 +53,9 @@ def softmax(x, axis: int = -1, where=None) -> jax.Array:
     return jax.nn.softmax(x, axis=axis, where=where)
 
 
-def cross_entropy(logits, labels, axis: int = -1, where=None) -> jax.Array:
+def cross_entropy(
+    logits: ArrayLike, labels: ArrayLike, axis: int = -1, where: ArrayLike | None = None
+) -> jax.Array:
     """optax's integer-label cross-entropy: logsumexp(z) - z_t.
 
     Past `precision_cliff(dtype)` both the loss and the target gradient
@@ -78,7 +81,10 @@ def cross_entropy(logits, labels, axis: int = -1, where=None) -> jax.Array:
 
 
 def soft_target_cross_entropy(
-    student_logits, teacher_logits, axis: int = -1, temperature: float = 1.0
+    student_logits: ArrayLike,
+    teacher_logits: ArrayLike,
+    axis: int = -1,
+    temperature: ArrayLike = 1.0,
 ) -> jax.Array:
     """optax's soft-target cross-entropy with p = softmax(z_T / T): -sum p log_softmax(z_S / T).
 

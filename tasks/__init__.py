@@ -35,6 +35,7 @@ from tasks._quant_metrics import attention_mass as attention_mass
 from tasks._quant_metrics import inf_norm as inf_norm
 from tasks._quant_metrics import kurtosis as kurtosis
 from tasks._quant_metrics import outlier_mask as outlier_mask
+from tasks._quant_models import PYDOC_CHAR_VOCAB_SIZE as PYDOC_CHAR_VOCAB_SIZE
 from tasks._quant_models import QuantModelConfig as QuantModelConfig
 from tasks._quant_models import decay_mask as decay_mask
 from tasks._quant_models import lm_loss_sums as lm_loss_sums

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 import numerics
 
@@ -64,9 +65,11 @@ def _x_minus_log1p(w: jax.Array) -> jax.Array:
 
 
 def kl_divergence(
-    teacher_logits_NxK: jax.Array, student_logits_NxK: jax.Array, temperature: float = 1.0
+    student_logits_NxK: ArrayLike, teacher_logits_NxK: ArrayLike, temperature: float = 1.0
 ) -> jax.Array:
     """KL(p || q) per row in float64 from the logits, accurate down to KL ~ 1e-300; needs x64.
+
+    Student first, as every loss here and in `numerics` (p from the teacher, q the student's).
 
     With delta = (z_S - z_T) / T (exact: the logits are widened to float64 first) centred
     under p as d = delta - sum p delta, KL = log sum_k p_k e^{d_k} - sum_k p_k d_k
@@ -77,12 +80,12 @@ def kl_divergence(
     """
     if not jax.config.read("jax_enable_x64"):
         raise ValueError("kl_divergence computes in float64: use `with jax.enable_x64(True):`")
-    return _kl_divergence(teacher_logits_NxK, student_logits_NxK, temperature)
+    return _kl_divergence(student_logits_NxK, teacher_logits_NxK, temperature)
 
 
 @jax.jit  # one compiled program instead of dozens of small eager ones
 def _kl_divergence(
-    teacher_logits_NxK: jax.Array, student_logits_NxK: jax.Array, temperature: float
+    student_logits_NxK: jax.Array, teacher_logits_NxK: jax.Array, temperature: float
 ) -> jax.Array:
     f64 = jnp.float64
     t = jnp.asarray(temperature, f64)
@@ -96,7 +99,7 @@ def _kl_divergence(
 
 
 def soft_target_gradient(
-    loss: str, student_logits_NxK: jax.Array, teacher_logits_NxK: jax.Array, temperature: float
+    loss: str, student_logits_NxK: ArrayLike, teacher_logits_NxK: ArrayLike, temperature: float
 ) -> jax.Array:
     """d loss_i / d(z_S / T) per example, (N, K) in the logits' dtype: the q - p of `loss`.
 

@@ -34,6 +34,10 @@ from tasks._quant_attention import (
 )
 
 FAMILIES: tuple[str, ...] = ("encoder", "decoder")
+
+PYDOC_CHAR_VOCAB_SIZE = 109
+"""The char vocabulary of CPython's pydoc_data.topics plus the 6 special tokens: the default
+`QuantModelConfig.vocab_size` (a config built before its corpus, e.g. to validate, uses it)."""
 """Model families: BERT-like post-LN MLM encoder, OPT-like pre-LN causal decoder."""
 
 _LN_EPS = {"encoder": 1e-12, "decoder": 1e-5}  # BERT's and OPT's LayerNorm eps
@@ -44,7 +48,7 @@ class QuantModelConfig:
     """Architecture of one quant-lab model (static: one compiled program per config)."""
 
     family: str = "encoder"  # 'encoder' (BERT-like MLM) or 'decoder' (OPT-like causal LM)
-    vocab_size: int = 109  # the char vocabulary of pydoc_data.topics plus 6 special tokens
+    vocab_size: int = PYDOC_CHAR_VOCAB_SIZE
     seq_len: int = 64  # T: short enough for seconds-per-hundred-steps on 2 CPU cores
     n_layers: int = 2  # the smallest stack where layer L's FFN can feed layer L+1's heads
     d_model: int = 64  # D

@@ -118,6 +118,17 @@ def test_duplicate_key_raises():
         ({"steps": "100"}, "steps must be int"),
         ({"layer_norm": 1}, "layer_norm must be bool"),
         ({"p": True}, "p must be int"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"split_seed": -1}, "split_seed must be >= 0"),
+        ({"mlp_width": 0}, "mlp_width must be >= 1"),
+        ({"mlp_width": -5, "model": "mlp"}, "mlp_width must be >= 1"),
+        ({"p": 0}, "p must be in"),
+        ({"d_model": -8}, "d_model must be positive"),
+        ({"n_heads": 0}, "n_heads must be positive"),
+        ({"d_mlp": 0}, "d_mlp must be positive"),
+        ({"steps": 0}, "steps must be >= 1"),
+        ({"eval_every": -1}, "eval_every must be >= 1"),
+        ({"teacher_steps": -1}, "teacher_steps must be >= 0"),
     ],
 )
 def test_invalid_configs_raise(changes, match):

@@ -18,10 +18,12 @@ NAMES = (
     "metrics",
     "optimizers",
     "precision",
+    "quant_config",
     "recipes",
     "slingshot",
     "store",
     "sweep",
+    "tables",
 )
 MODULES = tuple(importlib.import_module(f"grokbench.{name}") for name in NAMES)
 

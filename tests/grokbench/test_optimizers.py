@@ -226,3 +226,33 @@ def test_chainable_with_optax():
 def test_rejects_schedules():
     with pytest.raises(TypeError, match="scalar"):
         opt.adam(optax.constant_schedule(1e-3))
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_update_moment_matches_optax(order):
+    rng = np.random.default_rng(3)
+    grads, moments = _tree(rng, jnp.float32), _tree(rng, jnp.float32)
+    ours = opt.update_moment(grads, moments, 0.98, order)
+    ref = optax.tree.update_moment(grads, moments, 0.98, order)
+    for k in ours:
+        np.testing.assert_array_equal(ours[k], ref[k])
+
+
+@pytest.mark.parametrize("name", ["adamw", "laprop"])
+def test_apply_is_the_chain(name):
+    """`apply` (direction, decay, lr, unrolled) gives the parameters of the optax chain."""
+    h = {"b1": 0.9, "b2": 0.98, "eps": 1e-8}
+    rng = np.random.default_rng(4)
+    params, grads = _tree(rng, jnp.float32), [_tree(rng, jnp.float32) for _ in range(3)]
+    _, ref, _ = _run(getattr(opt, name)(1e-3, weight_decay=0.5, **h), params, grads)
+    tx = opt.scale_by_direction(name, **h)
+    state = tx.init(params)
+    for g in grads:
+        params, _, state = opt.apply(tx, g, state, params, learning_rate=1e-3, weight_decay=0.5)
+    for k in ref:
+        np.testing.assert_array_equal(params[k], ref[k])
+
+
+def test_scale_by_direction_rejects_unknown_optimizer():
+    with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
+        opt.scale_by_direction("sgd", 0.9, 0.98, 1e-8)

@@ -155,6 +155,37 @@ def test_runs_stored_before_a_field_was_added_still_load(tmp_path, fake_train, m
     assert config_hash(wider) != old_hash and s.load_summary(wider) is None
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda c: {**c, "old_field": 3},  # a field removed since the run was stored
+        lambda c: {**{k: v for k, v in c.items() if k != "lr"}, "learning_rate": c["lr"]},
+        lambda c: {**c, "loss": "renamed_loss"},  # a value no longer valid
+        lambda c: None,
+    ],
+    ids=["removed", "renamed", "bad-value", "not-a-dict"],
+)
+def test_run_stored_under_another_schema_is_stale_and_retrained(tmp_path, fake_train, caplog, edit):
+    s = store.Store(tmp_path)
+    experiment.run_configs([CFG], s, progress=False)
+    path = s.run_dir(CFG) / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "config": edit(summary["config"])}))
+    with caplog.at_level("WARNING", logger="grokbench.store"):
+        (again,) = experiment.run_configs([CFG], s, progress=False)
+    assert len(fake_train) == 2 and again["cached"] is False  # trained again, no crash
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert message.startswith(f"stale run {s.run_dir(CFG)}") and "\n" not in message
+    assert json.loads(path.read_text())["config"] == CFG.to_dict()  # the new run replaced it
+
+
+def test_from_stored_names_the_unknown_fields():
+    with pytest.raises(config.ConfigError, match=r"does not know: \['old_field'\]"):
+        config.from_stored({**CFG.to_dict(), "old_field": 1})
+    assert config.from_stored(CFG.to_dict()) == CFG
+
+
 def test_metrics_frame(tmp_path, fake_train):
     import pandas as pd  # in the test extra: this must run in CI, not skip
 

@@ -149,7 +149,7 @@ def test_damaged_result_files_are_detected_and_redone(reference, tmp_path, monke
 
 
 def test_same_seed_is_bitwise_identical_twice(reference, tmp_path):
-    engine._compiled.cache_clear()  # compile again from scratch
+    engine.clear_compiled()  # compile again from scratch
     out = tmp_path / "again"
     assert _main(_sweep_argv(out)) == 0
     _assert_identical(_runs(out), _runs(reference))

@@ -61,7 +61,7 @@ def test_kl_divergence_matches_mpmath(scale, x64):
     rng = np.random.default_rng(1)
     teacher = _teacher_logits(8, 17)
     student = teacher + scale * rng.normal(size=teacher.shape)
-    kl = np.asarray(tasks.kl_divergence(jnp.asarray(teacher), jnp.asarray(student), 4.0))
+    kl = np.asarray(tasks.kl_divergence(jnp.asarray(student), jnp.asarray(teacher), 4.0))
     exact = np.array([_kl_mp(t, s, 4.0) for t, s in zip(teacher, student, strict=True)])
     assert kl.dtype == np.float64 and np.all(exact > 0)
     # Relative accuracy holds at every scale: the textbook sum p (log p - log q) would be
@@ -80,7 +80,7 @@ def test_kl_divergence_is_exactly_zero_at_equal_logits_and_float64(dtype, x64):
 def test_kl_divergence_of_one_ulp_in_bf16_is_positive_and_accurate(x64):
     teacher = jnp.asarray(_teacher_logits(4, 11)).astype(jnp.bfloat16)
     student = jnp.nextafter(teacher, jnp.asarray(np.inf, jnp.bfloat16))  # +1 ulp everywhere
-    kl = np.asarray(tasks.kl_divergence(teacher, student, 4.0))
+    kl = np.asarray(tasks.kl_divergence(student, teacher, 4.0))
     exact = [
         _kl_mp(np.asarray(t, np.float64), np.asarray(s, np.float64), 4.0)
         for t, s in zip(teacher, student, strict=True)
@@ -126,6 +126,6 @@ def test_distill_losses_reject_unknown_names():
 def test_kl_under_jit_and_vmap(x64):
     z = jnp.asarray(_teacher_logits(6, 5))
     s = z + 1e-3 * jnp.arange(5.0)[None, :]
-    eager = tasks.kl_divergence(z, s, 2.0)
-    batched = jax.jit(jax.vmap(lambda a, b: tasks.kl_divergence(a, b, 2.0)))(z[None], s[None])
+    eager = tasks.kl_divergence(s, z, 2.0)
+    batched = jax.jit(jax.vmap(lambda a, b: tasks.kl_divergence(a, b, 2.0)))(s[None], z[None])
     np.testing.assert_allclose(np.asarray(batched[0]), np.asarray(eager), rtol=1e-14)

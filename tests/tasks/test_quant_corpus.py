@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tasks import (
+    PYDOC_CHAR_VOCAB_SIZE,
     QuantModelConfig,
     build_corpus,
     make_quant_batch,
@@ -25,6 +26,7 @@ def corpus():
 
 def test_default_corpus_is_pydoc_with_a_fixed_split(corpus):
     assert corpus.source == "pydoc_data.topics"
+    assert corpus.vocab_size == PYDOC_CHAR_VOCAB_SIZE  # QuantModelConfig's default
     total = len(corpus.train_ids) + len(corpus.val_ids)
     assert 400_000 < total < 600_000
     assert len(corpus.val_ids) == total - int(total * 0.9)

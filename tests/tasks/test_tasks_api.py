@@ -25,6 +25,14 @@ def test_exported_name_has_docstring(name):
     else:
         defining = [
             importlib.import_module(f"tasks.{m}")
-            for m in ("_common", "_distill", "_mlp", "_models", "_modular", "_transformer")
+            for m in (
+                "_common",
+                "_distill",
+                "_mlp",
+                "_models",
+                "_modular",
+                "_quant_models",
+                "_transformer",
+            )
         ]
         assert any(name in documented_constants(m) for m in defining), name

@@ -1,0 +1,221 @@
+"""The quant lab's run config: `QuantConfig`, its variants and bit widths, and its hashes.
+
+One `QuantConfig` is one trained model and its PTQ evaluation (`grokbench.quant` runs it,
+`grokbench.quant_train` trains it, `grokbench.quant_eval` evaluates it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from grokbench.config import ConfigError, check_field_types, require
+from numerics import clipped_softmax_gamma
+from tasks import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
+
+__all__ = ["BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
+
+QUANT_VERSION = 1
+"""Bumped when training or evaluation numbers change meaning; part of every quant hash."""
+
+VARIANTS: dict[str, tuple[str, str]] = {
+    "vanilla": ("softmax", "none"),
+    "clipped": ("clipped", "none"),
+    "gated": ("softmax", "linear"),
+    "gated_mlp": ("softmax", "mlp"),
+    "gated_all_heads": ("softmax", "all_heads"),
+    "clipped_gated": ("clipped", "linear"),
+}
+"""Variant name -> (softmax, gate): the paper's vanilla, clipped softmax, gated attention with
+its three gates, and clipped softmax with a linear gate (the combination the paper never tried)."""
+
+BIT_CONFIGS: tuple[str, ...] = ("W8A8", "W6A8", "W4A8", "W6A6")
+"""The paper's bit widths: Table 2 (W8A8) and Table 10 (W6A8, W4A8, W6A6)."""
+
+
+def parse_bits(name: str) -> tuple[int, int]:
+    """'W8A8' -> (8, 8)."""
+    upper = name.upper()
+    if not upper.startswith("W") or "A" not in upper:
+        raise ValueError(f"bit config must look like W8A8, got {name!r}")
+    w, a = upper[1:].split("A", 1)
+    bits = int(w), int(a)
+    if not all(2 <= b <= 16 for b in bits):
+        raise ValueError(f"bit widths must be in [2, 16], got {name!r}")
+    return bits
+
+
+_FAMILY_DEFAULTS = {  # BERT's and OPT's recipes (the paper's section 5 / appendix C)
+    "encoder": {"b2": 0.999, "weight_decay": 0.01},
+    "decoder": {"b2": 0.95, "weight_decay": 0.1},
+}
+
+_EVAL_FIELDS = (
+    "eval_batches",
+    "calib_batches",
+    "calib_subsets",
+    "act_range",
+    "percentile",
+    "momentum",
+    "weight_range",
+    "bits",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantConfig:
+    """One quant-lab run: model, variant, training and PTQ evaluation (defaults: full recipe)."""
+
+    # Model.
+    family: str = "encoder"  # 'encoder' (BERT-like MLM, post-LN) or 'decoder' (OPT-like, pre-LN)
+    variant: str = "vanilla"  # a key of VARIANTS
+    # The full recipe is the largest setting measured (docs/quant.md): 4 layers as the first CPU
+    # probe, at half its width and length so a run takes minutes, not an hour, on 2 cores.
+    n_layers: int = 4  # the first CPU probe's 4-layer encoder (docs/recipes.md)
+    d_model: int = 64  # d_head 16
+    n_heads: int = 4
+    d_ffn: int | None = None  # None -> 4 * d_model
+    seq_len: int = 64  # T (the paper's BERT uses 128, OPT 512)
+    # Attention variants.
+    alpha: float = 4.0  # gamma = -alpha / T; the paper recommends alpha in [2, 4]
+    gamma: float | None = None  # explicit gamma overrides alpha (BERT-base best: -0.025)
+    zeta: float = 1.0  # upper stretch; the paper finds zeta > 1 does nothing for outliers
+    pi_init: float = 0.5  # initial gate openness; the paper's range is [0.25, 0.5]
+    gate_hidden: int = 4  # n_hid of the MLP gate (the paper's BERT-base 'MLP, n_hid = 4')
+    # Data.
+    corpus: str = "pydoc"  # CPython's pydoc_data.topics, or a path to a local UTF-8 text file
+    level: str = "char"  # 'char' or 'byte' tokens
+    # Training (AdamW, warmup then linear decay, gradient clipping: BERT/OPT).
+    batch_size: int = 32  # sequences per step
+    steps: int = 2000  # the first CPU probe's loss flattened by ~500 steps; outliers need longer
+    lr: float = 1e-3  # peak learning rate (small models take larger rates than BERT's 1e-4)
+    warmup_steps: int | None = None  # None -> 5% of steps
+    b1: float = 0.9  # BERT/OPT
+    b2: float | None = None  # None -> 0.999 (BERT) for the encoder, 0.95 (OPT) for the decoder
+    eps: float = 1e-8  # AdamW default
+    weight_decay: float | None = None  # None -> 0.01 (BERT) / 0.1 (OPT); matrices only
+    ln_weight_decay: bool = False  # also decay LayerNorm scales (the paper's OPT finding)
+    clip_norm: float = 1.0  # global gradient-norm clipping (BERT/OPT)
+    seed: int = 0  # init and data order
+    # Evaluation and PTQ.
+    eval_batches: int = 8  # fixed validation batches (x batch_size = 256 sequences)
+    calib_batches: int = 16  # the paper's 16 calibration batches
+    calib_subsets: int = 3  # the paper's 3 calibration subsets (mean +- std)
+    act_range: str = "running_minmax"  # 'running_minmax', 'percentile' or 'mse'
+    percentile: float = 99.99  # for act_range=percentile (the paper's OPT option)
+    momentum: float = 0.9  # running min-max momentum (the paper's 0.9)
+    weight_range: str = "auto"  # 'auto' (BERT min-max, OPT MSE; MSE below 8 bits), 'minmax', 'mse'
+    bits: str = ",".join(BIT_CONFIGS)  # W8A8 and the paper's Table 10 widths
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        require(
+            self.variant in VARIANTS,
+            f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}",
+        )
+        require(
+            self.level in ("char", "byte"), f"level must be 'char' or 'byte', got {self.level!r}"
+        )
+        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
+        require(self.gamma is None or self.gamma <= 0, f"gamma must be <= 0, got {self.gamma}")
+        require(self.zeta >= 1, f"zeta must be >= 1, got {self.zeta}")
+        require(0 < self.pi_init < 1, f"pi_init must be in (0, 1), got {self.pi_init}")
+        for name in ("batch_size", "steps", "eval_batches", "calib_batches", "calib_subsets"):
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        require(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        require(0 <= self.b1 < 1, f"b1 must be in [0, 1), got {self.b1}")
+        require(self.b2 is None or 0 <= self.b2 < 1, f"b2 must be in [0, 1), got {self.b2}")
+        require(self.eps >= 0, f"eps must be >= 0, got {self.eps}")
+        require(
+            self.weight_decay is None or self.weight_decay >= 0,
+            f"weight_decay must be >= 0, got {self.weight_decay}",
+        )
+        require(self.clip_norm > 0, f"clip_norm must be > 0, got {self.clip_norm}")
+        require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        require(
+            self.warmup_steps is None or 0 <= self.warmup_steps <= self.steps,
+            f"warmup_steps must be in [0, steps], got {self.warmup_steps}",
+        )
+        require(
+            self.act_range in ("running_minmax", "percentile", "mse"),
+            f"act_range must be running_minmax, percentile or mse; got {self.act_range!r}",
+        )
+        require(
+            50 < self.percentile < 100, f"percentile must be in (50, 100), got {self.percentile}"
+        )
+        require(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
+        require(
+            self.weight_range in ("auto", "minmax", "mse"),
+            f"weight_range must be auto, minmax or mse; got {self.weight_range!r}",
+        )
+        try:
+            for name in self.bits.split(","):
+                parse_bits(name.strip())
+            self.model_config(PYDOC_CHAR_VOCAB_SIZE)  # any vocabulary: checks the shapes
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+    def resolved(self, name: str) -> Any:
+        """A field with its default resolved: b2, weight_decay, warmup_steps, gamma, zeta.
+
+        Softmax variants always get gamma = 0 and zeta = 1 (the plain softmax).
+        """
+        clipped = VARIANTS[self.variant][0] == "clipped"
+        if name in ("gamma", "zeta") and not clipped:
+            return 0.0 if name == "gamma" else 1.0
+        value = getattr(self, name)
+        if value is not None:
+            return value
+        if name == "warmup_steps":
+            return max(1, self.steps // 20)
+        if name == "gamma":
+            return clipped_softmax_gamma(self.alpha, self.seq_len)
+        return _FAMILY_DEFAULTS[self.family][name]
+
+    @property
+    def gate(self) -> str:
+        """The variant's gate ('none', 'linear', 'mlp', 'all_heads')."""
+        return VARIANTS[self.variant][1]
+
+    def model_config(self, vocab_size: int) -> QuantModelConfig:
+        """The architecture for `tasks.quant_model_apply`."""
+        return QuantModelConfig(
+            family=self.family,
+            vocab_size=vocab_size,
+            seq_len=self.seq_len,
+            n_layers=self.n_layers,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_ffn=self.d_ffn,
+            gate=self.gate,
+            gate_hidden=self.gate_hidden,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready."""
+        return dataclasses.asdict(self)
+
+    def train_dict(self) -> dict[str, Any]:
+        """The fields that decide the trained parameters (clipping fields dropped for softmax)."""
+        out = {k: v for k, v in self.to_dict().items() if k not in _EVAL_FIELDS}
+        if VARIANTS[self.variant][0] == "softmax":
+            out["alpha"] = out["gamma"] = out["zeta"] = None  # unused without clipping
+        if self.gate == "none":
+            out["pi_init"] = out["gate_hidden"] = None
+        elif self.gate != "mlp":
+            out["gate_hidden"] = None
+        return out
+
+    def train_hash(self) -> str:
+        """16 hex digits identifying the trained model."""
+        return _hash({"quant_version": QUANT_VERSION, "kind": "train", **self.train_dict()})
+
+    def eval_hash(self) -> str:
+        """16 hex digits identifying the evaluation (training fields and PTQ fields)."""
+        return _hash({"quant_version": QUANT_VERSION, "kind": "eval", **self.to_dict()})
+
+
+def _hash(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,100 @@
+"""Golden numbers, in nanodo's style: a shrunken real config whose first steps are pinned.
+
+The engine's numbers decide every stored run, so they may move only on purpose: a change
+that moves them must bump `CONFIG_VERSION` (grokbench/config.py) or `QUANT_VERSION`
+(grokbench/quant.py), and then update the literals here, which were printed by the code
+itself (`float(x)` of each value). The versions are pinned too, so a bump without new
+goldens (or new goldens without a bump) fails here as well.
+
+CPU only: another backend's kernels round differently, so the literals hold for the
+XLA CPU backend of the pinned jax.
+"""
+
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+
+from grokbench import config, engine, quant, quant_train
+from grokbench.quant import QuantConfig
+from tasks import build_corpus
+
+pytestmark = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="golden numbers are those of the XLA CPU backend"
+)
+
+CHANGED = "numbers changed: if intended, bump CONFIG_VERSION"
+RTOL = 1e-6  # fp32 carries ~7 digits; the same program on the same backend repeats to the bit
+
+GOLDEN_CONFIG_VERSION = 1
+GOLDEN_QUANT_VERSION = 1
+
+# p = 7, width 8, 3 full-batch steps of the reference AdamW recipe in fp32 (step t: the
+# parameters after t updates). At these small margins standard CE equals the fixed CE.
+GOLDEN_GROKKING = {
+    "train_loss": [2.3787546157836914, 2.3388428688049316, 2.301398277282715],
+    "margin_mean": [-2.17622709274292, -2.139270544052124, -2.1047163009643555],
+    "adam_step": [0.9063174724578857, 0.8971005082130432, 0.8925541043281555],
+    "param_norm": [10.42329216003418, 10.411787033081055, 10.400289535522461],
+}
+
+# One encoder layer, clipped softmax, 2 steps on a fixed synthetic text: the loss before and
+# after one AdamW step, and the final parameters' global L2 norm (float64 sum of squares).
+GOLDEN_QUANT_LOSS = [3.0358290672302246, 3.0401110649108887]
+GOLDEN_QUANT_PARAM_NORM = 7.041591318307237
+
+
+def _check(name: str, actual, expected, version: str = "CONFIG_VERSION") -> None:
+    np.testing.assert_allclose(
+        np.asarray(actual, np.float64),
+        expected,
+        rtol=RTOL,
+        atol=0,
+        err_msg=f"{name}: {CHANGED.replace('CONFIG_VERSION', version)}",
+    )
+
+
+def test_versions_are_pinned():
+    """Bumping a version must come with new goldens (and new goldens with a bump)."""
+    assert config.CONFIG_VERSION == GOLDEN_CONFIG_VERSION, (
+        "CONFIG_VERSION changed: recompute the golden numbers below and update them"
+    )
+    assert quant.QUANT_VERSION == GOLDEN_QUANT_VERSION, (
+        "QUANT_VERSION changed: recompute the golden quant numbers below and update them"
+    )
+
+
+@pytest.mark.parametrize("loss", ["fixed", "standard"])
+def test_grokking_steps_are_golden(loss):
+    cfg = config.RunConfig(p=7, d_model=8, n_heads=2, steps=3, eval_every=3, loss=loss)
+    (out,) = engine.train([cfg], progress=False)
+    for name, expected in GOLDEN_GROKKING.items():
+        assert out.metrics[name].dtype == np.float32, name
+        _check(f"{loss} {name}", out.metrics[name], expected)
+
+
+def _synthetic_text() -> str:
+    return "\n".join(f"{a} + {b} = {(a + b) % 97}." for a in range(60) for b in range(12))
+
+
+def test_quant_training_step_is_golden(tmp_path: pathlib.Path):
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text(_synthetic_text(), encoding="utf-8")
+    cfg = QuantConfig(
+        n_layers=1,
+        d_model=16,
+        n_heads=2,
+        seq_len=16,
+        batch_size=8,
+        steps=2,
+        variant="clipped",
+        corpus=str(corpus_path),
+    )
+    corpus = build_corpus(cfg.corpus, cfg.level)
+    params, _ = quant_train.train(cfg, corpus, tmp_path / "results", progress=False)
+    with np.load(tmp_path / "results" / "quant" / "train" / cfg.train_hash() / "metrics.npz") as m:
+        losses = m["train_loss"]
+    norm = np.sqrt(sum(np.sum(np.square(np.asarray(v, np.float64))) for v in params.values()))
+    _check("quant train_loss", losses, GOLDEN_QUANT_LOSS, "QUANT_VERSION")
+    _check("quant param_norm", norm, GOLDEN_QUANT_PARAM_NORM, "QUANT_VERSION")
