@@ -71,8 +71,12 @@ def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "clipped", "gated")
-"""The recipe's variants, the paper's Table 2 rows (the others: `variants=...`)."""
+DEFAULT_VARIANTS: dict[str, tuple[str, ...]] = {
+    "encoder": ("vanilla", "clipped", "gated_mlp"),
+    "decoder": ("vanilla", "clipped", "gated"),
+}
+"""The recipe's variants per family: the paper's Table 2 rows (BERT's MLP gate, OPT's linear
+gate) and OPT's clipped softmax (Table 6); `variants=...` picks others for every family."""
 
 QUICK: dict[str, Any] = {
     "d_model": 32,
@@ -91,9 +95,13 @@ def quant_configs(
     """The runs of the recipe: each family x variant, quick or full, with overrides applied."""
     overrides = dict(overrides or {})
     families = overrides.pop("families", ("encoder", "decoder"))
-    variants = overrides.pop("variants", DEFAULT_VARIANTS)
+    variants = overrides.pop("variants", None)
     base = {**(QUICK if quick else {}), **overrides}
-    return [QuantConfig(family=f, variant=v, **base) for f in families for v in variants]
+    return [
+        QuantConfig(family=f, variant=v, **base)
+        for f in families
+        for v in (DEFAULT_VARIANTS[f] if variants is None else variants)
+    ]
 
 
 def _row(summary: dict, train_summary: dict, cfg: QuantConfig) -> dict:
@@ -102,6 +110,7 @@ def _row(summary: dict, train_summary: dict, cfg: QuantConfig) -> dict:
         "variant": cfg.variant,
         "label": _LABELS[cfg.variant],
         "gamma": cfg.resolved("gamma"),
+        "pi_init": cfg.resolved("pi_init") if cfg.gate != "none" else None,
         **{k: v for k, v in summary.items() if k not in ("config", "family", "variant")},
         "final_train_loss": train_summary["final_train_loss"],
         "train_seconds": train_summary["train_seconds"],
