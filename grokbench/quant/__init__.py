@@ -20,5 +20,6 @@ from grokbench.quant.table import format_markdown as format_markdown
 from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides
 from grokbench.quant.table import quant_configs as quant_configs
 from grokbench.quant.table import run_quant as run_quant
+from grokbench.quant.table import sweep_axes as sweep_axes
 from grokbench.quant.train import load_params as load_params
 from grokbench.quant.train import train as train

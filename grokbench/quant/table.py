@@ -9,6 +9,7 @@ OUT/quant_table.md (the paper's Table 2 layout, plus the low-bit columns of its 
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import time
 import typing
@@ -30,6 +31,7 @@ __all__ = [
     "parse_quant_overrides",
     "quant_configs",
     "run_quant",
+    "sweep_axes",
 ]
 
 _LABELS = {
@@ -42,13 +44,17 @@ _LABELS = {
 }
 
 
+_LISTS = ("variants", "families")  # overrides that are lists but not sweep axes
+
+
 def _field_types() -> dict[str, Any]:
     return typing.get_type_hints(QuantConfig)
 
 
 def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     """`key=value` tokens -> overrides. Keys: QuantConfig fields, `variants` and `families`
-    (comma lists); `bits` takes a comma list too (W8A8,W6A6)."""
+    (comma lists); `bits` takes a comma list too (W8A8,W6A6). A comma list for a numeric or
+    bool field is a sweep axis (`alpha=2,4,8`: the paper's ablations), a tuple here."""
     out: dict[str, Any] = {}
     fields = _field_types()
     for token in tokens:
@@ -62,8 +68,11 @@ def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
             out[key] = values
         elif key in ("variant", "family"):
             raise ConfigError(f"use {key}s=... to choose {key}s")
-        elif key in fields:
+        elif key in fields and str in (*typing.get_args(fields[key]), fields[key]):
             out[key] = parse_value(key, text.strip(), fields)
+        elif key in fields:
+            values = tuple(parse_value(key, v.strip(), fields) for v in text.split(","))
+            out[key] = values if len(values) > 1 else values[0]
         else:
             raise ConfigError(
                 f"unknown key {key!r}; known keys: variants, families, {', '.join(fields)}"
@@ -92,23 +101,33 @@ QUICK: dict[str, Any] = {
 def quant_configs(
     quick: bool = False, overrides: Mapping[str, Any] | None = None
 ) -> list[QuantConfig]:
-    """The runs of the recipe: each family x variant, quick or full, with overrides applied."""
+    """The runs of the recipe: each family x variant x sweep point (`sweep_axes`), quick or
+    full, with overrides applied."""
     overrides = dict(overrides or {})
     families = overrides.pop("families", ("encoder", "decoder"))
     variants = overrides.pop("variants", None)
+    axes = sweep_axes(overrides)
     base = {**(QUICK if quick else {}), **overrides}
     return [
-        QuantConfig(family=f, variant=v, **base)
+        QuantConfig(family=f, variant=v, **{**base, **dict(zip(axes, point, strict=True))})
         for f in families
         for v in (DEFAULT_VARIANTS[f] if variants is None else variants)
+        for point in itertools.product(*axes.values())
     ]
 
 
-def _row(summary: dict, train_summary: dict, cfg: QuantConfig) -> dict:
+def sweep_axes(overrides: Mapping[str, Any]) -> dict[str, tuple]:
+    """The swept fields of `overrides` (tuples of values), in the order given."""
+    return {k: v for k, v in overrides.items() if isinstance(v, tuple) and k not in _LISTS}
+
+
+def _row(summary: dict, train_summary: dict, cfg: QuantConfig, axes: Sequence[str]) -> dict:
+    sweep = {k: getattr(cfg, k) for k in axes}
     return {
         "family": cfg.family,
         "variant": cfg.variant,
-        "label": _LABELS[cfg.variant],
+        "label": _LABELS[cfg.variant] + "".join(f", {k}={v}" for k, v in sweep.items()),
+        "sweep": sweep,
         "gamma": cfg.resolved("gamma"),
         "pi_init": cfg.resolved("pi_init") if cfg.gate != "none" else None,
         **{k: v for k, v in summary.items() if k not in ("config", "family", "variant")},
@@ -152,7 +171,8 @@ def run_quant(
             f"seq_len {cfg.seq_len} is longer than the corpus's {shortest}-token split",
         )
         params, train_summary = train(cfg, corpus, store, progress)
-        rows.append(_row(evaluate(cfg, params, corpus, store), train_summary, cfg))
+        summary = evaluate(cfg, params, corpus, store)
+        rows.append(_row(summary, train_summary, cfg, tuple(sweep_axes(overrides or {}))))
     table = {
         "quick": quick,
         "configs": [c.to_dict() for c in configs],

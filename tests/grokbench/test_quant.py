@@ -146,6 +146,22 @@ def test_overrides_and_recipe_expansion():
     ]
     with pytest.raises(ConfigError):
         parse_quant_overrides(["steps=1", "steps=2"])
+    # The paper's ablations as sweep axes: a comma list for a numeric or bool field.
+    over = parse_quant_overrides(["families=decoder", "variants=clipped", "alpha=2,4", "zeta=1"])
+    assert (
+        over["alpha"] == (2.0, 4.0)
+        and over["zeta"] == 1.0
+        and quant.sweep_axes(over) == {"alpha": (2.0, 4.0)}
+    )
+    assert [c.alpha for c in quant_configs(False, over)] == [2.0, 4.0]
+    over = parse_quant_overrides(["variants=gated", "ln_weight_decay=true,false"])
+    assert [(c.family, c.ln_weight_decay) for c in quant_configs(False, over)] == [
+        ("encoder", True),
+        ("encoder", False),
+        ("decoder", True),
+        ("decoder", False),
+    ]
+    assert parse_quant_overrides(["bits=W8A8,W4A8"])["bits"] == "W8A8,W4A8"  # one string
 
 
 @pytest.mark.slow
