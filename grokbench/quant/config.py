@@ -72,8 +72,8 @@ _EVAL_FIELDS = (
 class QuantConfig:
     """One quant-lab run: model, variant, training and PTQ evaluation (defaults: full recipe).
 
-    Why the default recipe is what it is (chosen from the paper's code and the mechanism, before
-    its table was seen, and kept whatever the table shows):
+    Why the default recipe is what it is (chosen from the paper's code, the issue's CPU probe
+    and the mechanism, not from which report rows hold, and kept whatever the table shows):
 
     - Data: Bigram-Backcopy (Guo et al. 2024). Outliers come from heads that must do nothing
       on most tokens (the paper's section 3); on this text the copying head is needed only
