@@ -440,7 +440,7 @@ def test_quant_claims_hold_fail_need_data_and_premise():
     assert tested and all(r.status == "holds" for r in tested), [
         (r.claim, r.ours) for r in tested if r.status != "holds"
     ]
-    assert all("issue 17" in r.note for r in good if r.status == "not tested")  # ablations
+    assert all("grokbench quant" in r.note for r in good if r.status == "not tested")  # sweeps
     bad = quant.claims(Evidence("quick", quant=_quant(False)))
     fixed_rows = {r.claim for r in tested if "vanilla" not in r.claim.split(":")[1]}
     assert fixed_rows <= {r.claim for r in bad if r.status == "fails"}
