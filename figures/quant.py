@@ -7,7 +7,9 @@ path of its quant_table.json) and writes, per model family:
   no-op-like head (the head with the largest mean attention mass on delimiter and special
   tokens) on the first validation sequence, with the key/query tokens on the axes;
 - quant_outlier_dims_FAMILY.png: for each variant and layer, how many outliers (entries
-  beyond 6 sigma) each hidden dimension of the FFN output carries on the validation set.
+  beyond 6 sigma) each hidden dimension of the FFN output carries on the validation set;
+- quant_sweep_AXIS.png, when the table sweeps one field (`grokbench quant alpha=2,4,8`):
+  FP perplexity, max inf-norm and the W8A8 gap against it, one line per family and variant.
 """
 
 from __future__ import annotations
@@ -106,6 +108,34 @@ def _outlier_dims_figure(rows: list[dict], family: str, out: pathlib.Path) -> pa
     return path
 
 
+def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> pathlib.Path:
+    """The paper's ablation plots (Fig. 6 alpha, Fig. 7 pi_init, Table 1 zeta, Table 6 LN
+    weight decay): FP perplexity, max inf-norm and the W8A8 gap against the swept value."""
+    panels = (
+        ("FP perplexity", lambda r: r["fp_perplexity"]),
+        ("max inf-norm", lambda r: r["max_inf_norm"]),
+        ("W8A8 / FP perplexity", lambda r: r["w8a8_perplexity"] / r["fp_perplexity"]),
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    lines: dict[str, list[dict]] = {}
+    for r in rows:
+        lines.setdefault(f"{r['family']} {r['variant']}", []).append(r)
+    for ax, (name, value) in zip(axes, panels, strict=True):
+        for label, members in lines.items():
+            members = sorted(members, key=lambda r: float(r["sweep"][axis]))
+            xs = [float(r["sweep"][axis]) for r in members]
+            ax.plot(xs, [value(r) for r in members], "o-", label=label)
+        ax.set_xlabel(axis)
+        ax.set_title(name, fontsize=9)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Sweep of {axis}")
+    fig.tight_layout()
+    path = out / f"quant_sweep_{axis}.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def draw_quant_figures(
     table: dict | str | pathlib.Path, out: str | pathlib.Path
 ) -> list[pathlib.Path]:
@@ -119,6 +149,9 @@ def draw_quant_figures(
         if rows:
             paths.append(_attention_figure(rows, family, out))
             paths.append(_outlier_dims_figure(rows, family, out))
+    axes = {k for r in table["rows"] for k in r.get("sweep", {})}
+    if len(axes) == 1:  # one swept field: the paper's ablation plot
+        paths.append(_sweep_figure(table["rows"], axes.pop(), out))
     return paths
 
 

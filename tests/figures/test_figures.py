@@ -550,3 +550,20 @@ def test_full_scale_claims_evaluate_on_fake_runs(tmp_path, fake_engine):
     assert {"Fix paper, Fig. 2 top", "Fix paper, Table 1", "Fix paper, Fig. 6, Sec. 6"} <= tested
     spikes = next(r for r in rows if r.claim.startswith("standard CE's spikes launch"))
     assert "spikes" in spikes.ours  # the fake standard runs spike: their launch margins
+
+
+def test_quant_sweep_figure_plots_each_variant_against_the_swept_field(tmp_path):
+    rows = [
+        {
+            "family": "encoder",
+            "variant": variant,
+            "sweep": {"pi_init": pi},
+            "fp_perplexity": 3.0 + pi,
+            "max_inf_norm": 10 * pi,
+            "w8a8_perplexity": 3.1 + pi,
+        }
+        for variant in ("gated", "gated_mlp")
+        for pi in (0.5, 0.25, 0.9)
+    ]
+    path = quant._sweep_figure(rows, "pi_init", tmp_path)
+    assert path.name == "quant_sweep_pi_init.png" and path.stat().st_size > 1000
