@@ -197,9 +197,54 @@ def _pm(row: dict, col: str) -> str:
     return f"{_fmt(row[col])} ± {_fmt(row[col + '_std'])}"
 
 
+def _markdown_table(header: Sequence[str], align: Sequence[str], body) -> list[str]:
+    """A markdown table (preceded by a blank line): one `|`-joined line per row of cells."""
+    return ["", *("| " + " | ".join(cells) + " |" for cells in (header, align, *body))]
+
+
+def _table2_cells(r: dict, bits: Sequence[str]) -> list[str]:
+    return [
+        r["label"],
+        _fmt(r["fp_perplexity"]),
+        _fmt(r["max_inf_norm"], 1),
+        _fmt(r["avg_kurtosis"], 1),
+        *(_pm(r, f"{b.lower()}_perplexity") for b in bits),
+    ]
+
+
+def _where_cells(r: dict) -> list[str]:
+    """Where the largest inf-norm sits: the tensor, position 0 against the rest there, the
+    other tensors above 10, and each layer's mean head mass on [BOS]/[CLS]."""
+    by = r["inf_norm_by_tensor"]
+    top = max(by, key=by.get)
+    big = [f"{n} {v:.0f}" for n, v in by.items() if v > 10 and n != top]
+    return [
+        r["label"],
+        f"{top} ({by[top]:.1f})",
+        f"{r['inf_norm_first_position_by_tensor'][top]:.1f} / "
+        f"{r['inf_norm_other_positions_by_tensor'][top]:.1f}",
+        ", ".join(big) or "-",
+        " / ".join(f"{m:.2f}" for m in r["special_attention_by_layer"]),
+    ]
+
+
+def _diagnostic_cells(r: dict) -> list[str]:
+    shares = [s for s in r["outlier_share_on_delimiters"] if s is not None]
+    share = f"{max(shares):.0%}" if shares else "no outliers"
+    return [
+        r["label"],
+        _fmt(r["max_kurtosis"], 1),
+        f"{r['max_head_delimiter_attention']:.2f}",
+        f"{share} ({r['delimiter_share_of_tokens']:.0%})",
+        " / ".join(",".join(str(d) for d in dims) or "-" for dims in r["top_outlier_dims"]),
+        f"{r['attention_zero_fraction']:.0%}",
+        _fmt(r.get("gate_mean")),
+    ]
+
+
 def format_markdown(table: dict) -> str:
     """The paper's Table 2 layout per family (FP ppl, max inf-norm, avg kurtosis, W8A8 ppl),
-    then its Table 10 low-bit columns and our diagnostics."""
+    then its Table 10 low-bit columns, where the largest values sit, and our diagnostics."""
     lines = []
     bits = [b for b in BIT_CONFIGS if any(f"{b.lower()}_perplexity" in r for r in table["rows"])]
     for family in ("encoder", "decoder"):
@@ -208,62 +253,38 @@ def format_markdown(table: dict) -> str:
             continue
         name = "BERT-like encoder (MLM)" if family == "encoder" else "OPT-like decoder (causal LM)"
         cfg = next(c for c in table["configs"] if c["family"] == family)
-        lines += [
+        lines.append(
             f"### {name}: {cfg['n_layers']} layers, d_model {cfg['d_model']}, "
-            f"{cfg['n_heads']} heads, "
-            f"T = {cfg['seq_len']}, {cfg['steps']} steps",
-            "",
-            "| Method | FP ppl | Max inf. norm | Avg. kurtosis | "
-            + " | ".join(f"{b} ppl" for b in bits)
-            + " |",
-            "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in bits) + " |",
-        ]
-        for r in rows:
-            cells = [
-                r["label"],
-                _fmt(r["fp_perplexity"]),
-                _fmt(r["max_inf_norm"], 1),
-                _fmt(r["avg_kurtosis"], 1),
-                *(_pm(r, f"{b.lower()}_perplexity") for b in bits),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines += [
-            "",
-            "| Method | largest inf-norm at | position 0 / others there | other tensors > 10 "
-            "| mean head mass on [BOS]/[CLS] per layer |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for r in rows:
-            by = r["inf_norm_by_tensor"]
-            top = max(by, key=by.get)
-            big = [f"{n} {v:.0f}" for n, v in by.items() if v > 10 and n != top]
-            cells = [
-                r["label"],
-                f"{top} ({by[top]:.1f})",
-                f"{r['inf_norm_first_position_by_tensor'][top]:.1f} / "
-                f"{r['inf_norm_other_positions_by_tensor'][top]:.1f}",
-                ", ".join(big) or "-",
-                " / ".join(f"{m:.2f}" for m in r["special_attention_by_layer"]),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines += [
-            "",
-            "| Method | max kurtosis | max head mass on delimiters | outliers on delimiters "
-            "(share of tokens) | top outlier dims per layer | exact-zero attention | gate mean |",
-            "| --- | ---: | ---: | ---: | --- | ---: | ---: |",
-        ]
-        for r in rows:
-            shares = [s for s in r["outlier_share_on_delimiters"] if s is not None]
-            share = f"{max(shares):.0%}" if shares else "no outliers"
-            cells = [
-                r["label"],
-                _fmt(r["max_kurtosis"], 1),
-                f"{r['max_head_delimiter_attention']:.2f}",
-                f"{share} ({r['delimiter_share_of_tokens']:.0%})",
-                " / ".join(",".join(str(d) for d in dims) or "-" for dims in r["top_outlier_dims"]),
-                f"{r['attention_zero_fraction']:.0%}",
-                _fmt(r.get("gate_mean")),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
+            f"{cfg['n_heads']} heads, T = {cfg['seq_len']}, {cfg['steps']} steps"
+        )
+        lines += _markdown_table(
+            ["Method", "FP ppl", "Max inf. norm", "Avg. kurtosis", *(f"{b} ppl" for b in bits)],
+            ["---", *["---:"] * (3 + len(bits))],
+            [_table2_cells(r, bits) for r in rows],
+        )
+        lines += _markdown_table(
+            [
+                "Method",
+                "largest inf-norm at",
+                "position 0 / others there",
+                "other tensors > 10",
+                "mean head mass on [BOS]/[CLS] per layer",
+            ],
+            ["---"] * 5,
+            [_where_cells(r) for r in rows],
+        )
+        lines += _markdown_table(
+            [
+                "Method",
+                "max kurtosis",
+                "max head mass on delimiters",
+                "outliers on delimiters (share of tokens)",
+                "top outlier dims per layer",
+                "exact-zero attention",
+                "gate mean",
+            ],
+            ["---", "---:", "---:", "---:", "---", "---:", "---:"],
+            [_diagnostic_cells(r) for r in rows],
+        )
         lines.append("")
     return "\n".join(lines)

@@ -6,10 +6,10 @@ import time
 import pytest
 
 from grokbench import quant
-from grokbench.quant import table as quant_table
 from grokbench.cli import main
 from grokbench.config import ConfigError
 from grokbench.quant import QuantConfig, parse_quant_overrides, quant_configs, run_quant
+from grokbench.quant import table as quant_table
 
 TINY = [
     "n_layers=1",
