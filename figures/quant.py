@@ -44,6 +44,14 @@ def _analysis(row: dict) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
+def _save(fig, title: str, path: pathlib.Path, dpi: int = 130) -> pathlib.Path:
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def _attention_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathlib.Path:
     n = len(rows)
     cols = min(n, 3)
@@ -72,12 +80,8 @@ def _attention_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathl
             f"{mass[layer, head]:.0%} of attention on delimiters{dead}",
             fontsize=8,
         )
-    fig.suptitle(f"Most no-op-like head per variant ({family}, first validation sequence)")
-    fig.tight_layout()
-    path = out / f"quant_attention_{family}.png"
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    title = f"Most no-op-like head per variant ({family}, first validation sequence)"
+    return _save(fig, title, out / f"quant_attention_{family}.png", dpi=150)
 
 
 def _outlier_dims_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathlib.Path:
@@ -100,12 +104,8 @@ def _outlier_dims_figure(rows: list[dict], family: str, out: pathlib.Path) -> pa
                 ax.set_ylabel(row["label"].replace(" (", "\n("), fontsize=6)
             if i == len(rows) - 1:
                 ax.set_xlabel("hidden dimension", fontsize=7)
-    fig.suptitle(f"Outliers (> 6 sigma) per hidden dimension ({family}, validation set)")
-    fig.tight_layout()
-    path = out / f"quant_outlier_dims_{family}.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    title = f"Outliers (> 6 sigma) per hidden dimension ({family}, validation set)"
+    return _save(fig, title, out / f"quant_outlier_dims_{family}.png")
 
 
 def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> pathlib.Path:
@@ -128,12 +128,7 @@ def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> pathlib.Pat
         ax.set_xlabel(axis)
         ax.set_title(name, fontsize=9)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"Sweep of {axis}")
-    fig.tight_layout()
-    path = out / f"quant_sweep_{axis}.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, f"Sweep of {axis}", out / f"quant_sweep_{axis}.png")
 
 
 def draw_quant_figures(
