@@ -504,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
         "decoder, measure outliers (max inf-norm, kurtosis, delimiter attention), simulate "
         "W8A8/W6A8/W4A8/W6A6 post-training quantization, and write OUT/quant_table.json, "
         "OUT/quant_table.md and OUT/quant_*.png. Overrides are grokbench.quant.QuantConfig "
-        "fields, plus variants=... and families=... lists.",
+        "fields, plus variants=... and families=... lists; a comma list for a numeric field "
+        "sweeps it (alpha=2,4,8).",
         ("overrides", "results", "progress"),
         rest="overrides",
     )
