@@ -500,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
         "quant",
         _quant,
         "quantization lab: outliers and W8A8 PTQ of attention variants",
-        "Train (cached) every attention variant of the BERT-like encoder and the OPT-like "
+        "Train (cached) the recipe's attention variants of the BERT-like encoder and the OPT-like "
         "decoder, measure outliers (max inf-norm, kurtosis, delimiter attention), simulate "
         "W8A8/W6A8/W4A8/W6A6 post-training quantization, and write OUT/quant_table.json, "
         "OUT/quant_table.md and OUT/quant_*.png. Overrides are grokbench.quant.QuantConfig "
