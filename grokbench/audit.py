@@ -124,12 +124,18 @@ def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 
 
 
 def audit(
-    fn: Callable, kind: str, dtype, max_ulps: float | None = None, quick: bool = False
+    fn: Callable,
+    kind: str,
+    dtype,
+    max_ulps: float | None = None,
+    quick: bool = False,
+    **check: object,
 ) -> AuditRow:
-    """Check `fn` as `kind` in `dtype` (numerics.testing) and time it against `reference`."""
+    """Check `fn` as `kind` in `dtype` (numerics.testing; `check` goes to the check, e.g.
+    `reference=`) and time it against `reference(kind)`."""
     dtype = testing.as_dtype(dtype)
     start = time.perf_counter()
-    result = testing.CHECKS[kind](fn, dtype, max_ulps=max_ulps, quick=quick)
+    result = testing.CHECKS[kind](fn, dtype, max_ulps=max_ulps, quick=quick, **check)
     seconds = time.perf_counter() - start
     name, ref = reference(kind)
     with jax.enable_x64(dtype == np.float64):
