@@ -32,19 +32,19 @@ In a test file:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from numerics import oracle
-from numerics._cliffs import precision_cliff
+from numerics import _testing, oracle
+from numerics._testing import CheckResult as CheckResult
+from numerics._testing import SignatureError as SignatureError
 
 __all__ = [
+    "CHECKS",
     "DTYPES",
     "KINDS",
     "ULPS",
@@ -99,11 +99,7 @@ def general_bound(kind: str, dtype, exponent_args, num_classes: int) -> np.ndarr
     |z_j - z_max| / 2 and |z_j - z_max| ulps. Any implementation working in the dtype
     inherits it. Sums over K terms add about log2(K) roundings.
     """
-    return _conditioned(ULPS[kind][np.dtype(dtype)], exponent_args, num_classes)
-
-
-def _conditioned(base: float, exponent_args, num_classes: int) -> np.ndarray:
-    return base + np.abs(np.asarray(exponent_args, np.float64)) + np.log2(max(num_classes, 2))
+    return _testing.conditioned(ULPS[kind][np.dtype(dtype)], exponent_args, num_classes)
 
 
 def as_dtype(dtype) -> np.dtype:
@@ -122,17 +118,6 @@ def as_dtype(dtype) -> np.dtype:
     if found is None or found not in DTYPES:
         raise TypeError(f"expected bf16, fp16, fp32 or fp64 (or NumPy's names); got {dtype!r}")
     return found
-
-
-def _ulp_errors(actual, expected, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(ulp error, unexpected non-finite): NaN matching NaN and equal infinities count 0."""
-    actual = np.asarray(actual).astype(np.float64)
-    exact = np.asarray(expected).astype(np.float64)
-    with np.errstate(invalid="ignore"):  # -inf - -inf in mpmath, handled below
-        err = oracle.ulp_error(actual, expected, dtype)
-    same_nan = np.isnan(actual) & np.isnan(exact)
-    wrong = ~np.isfinite(actual) & ~(same_nan | (actual == exact))
-    return np.where(same_nan | wrong, 0.0, np.nan_to_num(err, nan=np.inf)), wrong
 
 
 def assert_ulp_close(actual, expected, ulps, dtype=None, *, inputs=None, err_msg: str = ""):
@@ -166,7 +151,7 @@ def assert_ulp_close(actual, expected, ulps, dtype=None, *, inputs=None, err_msg
     actual = np.asarray(actual)
     dtype = as_dtype(actual.dtype if dtype is None else dtype)
     expected = np.asarray(expected)
-    err, wrong = _ulp_errors(actual, expected, dtype)
+    err, wrong = _testing.ulp_errors(actual, expected, dtype)
     bound = np.broadcast_to(np.asarray(ulps, np.float64), err.shape)
     excess = np.where(wrong, np.inf, err - bound)
     failing = int(np.sum(excess > 0))
@@ -183,360 +168,6 @@ def assert_ulp_close(actual, expected, ulps, dtype=None, *, inputs=None, err_msg
     )
 
 
-class SignatureError(TypeError):
-    """The checked function cannot be called with the standard signature, raised on plain
-    input, or returned the wrong shape."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckResult:
-    """What one check measured for one function in one dtype, and what broke."""
-
-    kind: str  # one of KINDS
-    dtype: str  # NumPy's name of the dtype
-    rows: int  # rows compared with the oracle
-    value_ulps: float  # worst value error, in ulps of the dtype
-    value_bound: float  # the bound at that element
-    value_at: str  # where it was
-    grad_ulps: float  # worst gradient error, in ulps
-    grad_bound: float  # the bound at that element
-    grad_at: str  # where it was
-    cliff: float  # precision_cliff(dtype)
-    grad_dies_at: float | None  # first margin m (logits [m, 0]) whose target gradient is 0
-    # though the exact one is a normal number; None: never (ce, softmax, log_softmax)
-    value_zero_at: float | None  # the same for the loss (log_softmax: its entry 0)
-    grad_sum_error: float  # worst |sum_k g_k| / (eps * sum_k |g_k|) over rows
-    zero_at_teacher: bool | None  # soft-target: gradient exactly 0 at student == teacher
-    nan_propagates: bool  # a NaN logit gives NaN, never a silent finite number
-    nonfinite_rows: int  # rows with inf/NaN output on finite input (overflow)
-    output_dtype: str  # the dtype the function returned
-    failures: tuple[str, ...]  # one line each: what and where
-
-    @property
-    def ok(self) -> bool:
-        """True when the function met every bound."""
-        return not self.failures
-
-    def assert_ok(self) -> None:
-        """Raise AssertionError listing every failure, one per line."""
-        if self.failures:
-            lines = "\n".join(f"  {f}" for f in self.failures)
-            raise AssertionError(f"{self.kind} in {self.dtype} fails its bounds:\n{lines}")
-
-
-# ----------------------------------------------------------------------------- inputs
-# The hard cases, shared by the deterministic checks and the hypothesis strategies:
-# (K, logit scale, planted margin, offset added to every logit, variant).
-_CASES = (
-    (2, 1.0, 0.5, 0.0, None),
-    (3, 5.0, 30.0, 0.0, None),
-    (10, 0.1, 12.0, 0.0, None),
-    (10, 3.0, -4.0, 0.0, None),
-    (100, 2.0, 17.0, 0.0, None),
-    (100, 10.0, 40.0, 0.0, None),
-    (100, 1e-3, 0.0, 0.0, None),  # tiny scale: near-uniform
-    (10, 3.0, 8.0, 1e4, None),  # huge logits: exp overflows without the max shift
-    (10, 1.0, 0.0, 0.0, "tie"),  # the target shares the max with another class
-    (10, 1.0, 0.0, 0.0, "near-tie"),  # another class one ulp below the target
-    (10, 2.0, 5.0, 0.0, "masked"),  # three classes at -inf
-    (1000, 1.0, 6.0, 0.0, None),
-    (50000, 1.0, 20.0, 0.0, None),
-)
-_QUICK_MAX_K = 100  # quick=True: only cases up to this K
-_VARIANTS = (None, "tie", "near-tie", "masked")
-
-
-def _plant(rng, k: int, scale: float, margin: float, offset: float, variant, dtype):
-    """One row of `dtype` whose target t has roughly the given margin; returns (row, t)."""
-    z = scale * rng.standard_normal(k)
-    t = int(rng.integers(k))
-    others = np.delete(z, t)
-    z[t] = others.max() + np.log(np.sum(np.exp(others - others.max()))) + margin
-    z = (z + offset).astype(dtype)
-    if k > 1 and variant in ("tie", "near-tie"):
-        j = (t + 1) % k
-        below = np.nextafter(z[t : t + 1], np.array([-np.inf], dtype))[0]
-        z[j] = z[t] if variant == "tie" else below
-    if k > 4 and variant == "masked":
-        others = np.delete(np.arange(k), t)
-        z[rng.choice(others, 3, replace=False)] = -np.inf
-    return z, t
-
-
-def _rows(case, dtype, count: int, seed: int):
-    """`count` planted rows of one case: (logits (count, K), labels (count,))."""
-    rng = np.random.default_rng([seed, *(int(abs(v) * 1000) % 2**31 for v in case[:4])])
-    made = [_plant(rng, *case, dtype) for _ in range(count)]
-    return np.stack([z for z, _ in made]), np.array([t for _, t in made], np.int32)
-
-
-def _describe(case) -> str:
-    k, scale, margin, offset, variant = case
-    words = f"K={k} scale {scale:g} margin {margin:g}"
-    return words + (f" offset {offset:g}" if offset else "") + (f" {variant}" if variant else "")
-
-
-def _margins(dtype, quick: bool) -> np.ndarray:
-    """Every ulp around the cliff and a dense grid from -40 to past exponent underflow."""
-    window = oracle.ulp_window(precision_cliff(dtype), dtype, 64 if quick else 512)
-    underflow = -math.log(float(ml_dtypes.finfo(dtype).smallest_normal))
-    grid = np.linspace(-40.0, 1.05 * underflow, 513 if quick else 4001).astype(dtype)
-    return np.unique(np.concatenate([window, grid]))
-
-
-def _finite_gaps(z: np.ndarray) -> np.ndarray:
-    """z_max - z_j per entry (float64), 0 for infinite entries (they carry no rounding)."""
-    z = z.astype(np.float64)
-    finite = np.isfinite(z)
-    z_max = np.max(np.where(finite, z, -np.inf), axis=-1, keepdims=True)
-    return np.where(finite, z_max - z, 0.0)
-
-
-def _weighted_gap(gaps: np.ndarray, exclude: np.ndarray) -> np.ndarray:
-    """Per row, the e^-gap-weighted mean gap over entries not in `exclude`: the
-    conditioning of the sum of e^-gap_j, each carrying |gap_j| / 2 ulps."""
-    weights = np.where(exclude, 0.0, np.exp(-gaps))
-    return np.sum(weights * gaps, -1) / np.maximum(np.sum(weights, -1), 1e-300)
-
-
-# ----------------------------------------------------------------------------- tally
-class _Tally:
-    """Collects the worst errors of one check and one failure line per kind of failure."""
-
-    def __init__(self, kind: str, dtype: np.dtype) -> None:
-        self.kind, self.dtype = kind, dtype
-        self.worst = {"value": (0.0, 0.0, "-"), "grad": (0.0, 0.0, "-")}
-        self._failures: dict[str, tuple[float, str, int]] = {}  # key -> (severity, line, count)
-        self._headlines: set[str] = set()
-        self.nonfinite_rows = 0
-        self.grad_sum = 0.0
-        self.rows = 0
-
-    def fail(self, key: str, line: str, severity: float = math.inf, count: int = 1) -> None:
-        """Record a failure; per `key` the most severe line is kept and the counts add up.
-        Failures with the default severity are headlines, listed first."""
-        if severity == math.inf:
-            self._headlines.add(key)
-        old_severity, old_line, old_count = self._failures.get(key, (-math.inf, line, 0))
-        kept = line if severity > old_severity else old_line
-        self._failures[key] = (max(severity, old_severity), kept, old_count + count)
-
-    @property
-    def failures(self) -> tuple[str, ...]:
-        # Overflow first, then the other qualitative failures (collapse, NaN, raising),
-        # then the ulps.
-        keys = sorted(self._failures, key=lambda k: (k != "overflow", k not in self._headlines))
-        lines = []
-        for key in keys:
-            _, line, count = self._failures[key]
-            more = f" ({count:,} in all)" if count > 1 else ""
-            lines.append(f"{self.dtype.name} {line}{more}")
-        return tuple(lines)
-
-    def compare(self, what, category, actual, expected, bound, z, where, err=None):
-        """Errors of `actual` (rows, ...) against `expected`, per element; `z` the rows'
-        logits (for the overflow diagnosis), `where(row, index)` names an element."""
-        actual = np.asarray(actual)
-        ulps, wrong = _ulp_errors(actual, expected, self.dtype)
-        ulps = ulps if err is None else np.where(wrong, 0.0, err)
-        bound = np.broadcast_to(np.asarray(bound, np.float64), ulps.shape)
-        flat_rows = wrong.reshape(len(z), -1).any(-1)
-        if flat_rows.any():
-            self._nonfinite(what, actual, z, flat_rows, where)
-        i = np.unravel_index(int(np.argmax(ulps)), ulps.shape)
-        if ulps[i] >= self.worst[category][0]:
-            self.worst[category] = (float(ulps[i]), float(bound[i]), where(*i))
-        over = ulps > bound
-        if over.any():
-            i = np.unravel_index(int(np.argmax(ulps / bound)), ulps.shape)
-            got, exact = float(actual[i]), float(np.asarray(expected)[i])
-            self.fail(
-                what,
-                f"{what}: {ulps[i]:.3g} ulps > bound {bound[i]:.3g} at {where(*i)}: "
-                f"got {got:.7g}, exact {exact:.7g}",
-                float(ulps[i] / bound[i]),
-                int(over.sum()),
-            )
-
-    def _nonfinite(self, what, actual, z, rows, where) -> None:
-        self.nonfinite_rows += int(rows.sum())
-        r = int(np.flatnonzero(rows)[0])
-        got = np.asarray(actual).reshape(len(z), -1)[r]
-        bad = got[~np.isfinite(got.astype(np.float64))][0]
-        largest = float(np.max(np.abs(np.where(np.isfinite(z[r]), z[r], 0).astype(np.float64))))
-        log_max = math.log(float(ml_dtypes.finfo(self.dtype).max))
-        cause = (
-            f"exp overflows past {log_max:.4g} in {self.dtype.name} (no shift by the row max?)"
-            if largest > log_max
-            else "on finite input"
-        )
-        self.fail(
-            "overflow",
-            f"overflow: {what} is {float(bad)} where the exact value is finite, at {where(r)} "
-            f"(largest |logit| {largest:.6g}): {cause}",
-            count=int(rows.sum()),
-        )
-
-    def sums(self, grads: np.ndarray, bound: np.ndarray, where) -> None:
-        """|sum_k g_k| / (eps sum_k |g_k|) per row (g flushed to zero may add K tiny)."""
-        g = np.asarray(grads).astype(np.float64)
-        finite = np.isfinite(g).all(-1)
-        eps = float(ml_dtypes.finfo(self.dtype).eps)
-        tiny = float(ml_dtypes.finfo(self.dtype).smallest_normal)
-        size = np.sum(np.abs(g), -1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = np.maximum(np.abs(np.sum(g, -1)) - g.shape[-1] * tiny, 0) / (eps * size)
-        ratio = np.where(finite & (size > 0), ratio, 0.0)
-        self.grad_sum = max(self.grad_sum, float(ratio.max()))
-        over = ratio > bound
-        if over.any():
-            r = int(np.argmax(ratio / bound))
-            self.fail(
-                "gradient sum",
-                f"gradient sum: |sum g| = {ratio[r]:.3g} eps * sum |g| > {bound[r]:.3g} at "
-                f"{where(r)}: the gradients do not sum to zero",
-                float(ratio[r] / bound[r]),
-                int(over.sum()),
-            )
-
-    def result(self, **fields) -> CheckResult:
-        (v, vb, va), (g, gb, ga) = self.worst["value"], self.worst["grad"]
-        return CheckResult(
-            kind=self.kind,
-            dtype=self.dtype.name,
-            rows=self.rows,
-            value_ulps=v,
-            value_bound=vb,
-            value_at=va,
-            grad_ulps=g,
-            grad_bound=gb,
-            grad_at=ga,
-            cliff=precision_cliff(self.dtype),
-            grad_sum_error=self.grad_sum,
-            nonfinite_rows=self.nonfinite_rows,
-            failures=tuple(self.failures),
-            **fields,
-        )
-
-
-# ----------------------------------------------------------------------------- calling
-def _evaluator(fn: Callable, kind: str) -> Callable:
-    """jit of (input, other) -> (output, gradient) for `kind`.
-
-    ce / soft-target: gradient of the summed loss with respect to the first argument;
-    softmax / log_softmax: the vector-Jacobian product with the cotangent `other`.
-    """
-    if kind in ("ce", "soft-target"):
-
-        def run(x, other):
-            out, vjp = jax.vjp(lambda x: fn(x, other), x)
-            return out, vjp(jnp.ones_like(out))[0]
-
-    else:
-
-        def run(x, cotangent):
-            out, vjp = jax.vjp(fn, x)
-            return out, vjp(cotangent.astype(out.dtype))[0]
-
-    return jax.jit(run)
-
-
-def _name(fn: Callable) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def _probe(fn: Callable, run: Callable, kind: str, dtype: np.dtype) -> np.dtype:
-    """Call once on plain input; SignatureError unless it works and has the right shape."""
-    z = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -1.0]], dtype)
-    other = {"ce": np.array([2, 0], np.int32), "soft-target": z[:, ::-1].copy()}
-    other = other.get(kind, np.eye(3, dtype=dtype)[[2, 0]])
-    call = {"ce": "(logits, labels)", "soft-target": "(student_logits, teacher_logits)"}
-    call = call.get(kind, "(x)")
-    try:
-        out, _ = run(z, other)
-    except Exception as err:  # any failure on plain input means we cannot check it
-        message = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        raise SignatureError(
-            f"calling {_name(fn)}{call} with {dtype.name} arrays of shape (2, 3) raised {message}"
-        ) from err
-    expected = (2,) if kind in ("ce", "soft-target") else (2, 3)
-    if out.shape != expected:
-        raise SignatureError(
-            f"{_name(fn)}{call} on shape (2, 3) returned shape {out.shape}; a {kind} function "
-            f"must return {expected} (per-row losses, class axis last)"
-        )
-    return np.dtype(out.dtype)
-
-
-def _call(tally: _Tally, run: Callable, what: str, *args):
-    """run(*args) as NumPy arrays, or None after recording a failure if it raises."""
-    try:
-        return tuple(np.asarray(a) for a in run(*args))
-    except Exception as err:  # a function may reject some hard cases: that is a finding
-        first = str(err).splitlines()[0] if str(err) else ""
-        tally.fail(f"raises {what}", f"raises {type(err).__name__} on {what}: {first}")
-        return None
-
-
-def _first_dead(tally, computed, exact, m, single) -> float | None:
-    """First margin in `m` where `computed` is 0 though |exact| is a normal number,
-    refined to the exact representable margin by bisection on bit patterns (`single(m)`
-    evaluates one margin); None if there is none."""
-    tiny = float(ml_dtypes.finfo(tally.dtype).smallest_normal)
-    dead = (np.asarray(computed, np.float64) == 0) & (
-        np.abs(np.asarray(exact).astype(np.float64)) >= tiny
-    )
-    if not dead.any():
-        return None
-    i = int(np.flatnonzero(dead)[0])
-    if i == 0 or m[i - 1] <= 0:
-        return float(m[i])
-    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[tally.dtype.itemsize]
-    lo, hi = int(m[i - 1 : i].view(uint)[0]), int(m[i : i + 1].view(uint)[0])
-    while hi - lo > 1:  # positive floats order like their bit patterns
-        mid = (lo + hi) // 2
-        if single(np.array([mid], uint).view(tally.dtype)) == 0:
-            hi = mid
-        else:
-            lo = mid
-    return float(np.array([hi], uint).view(tally.dtype)[0])
-
-
-def _cliff_line(tally, what, at, exact_at) -> None:
-    tally.fail(
-        f"{what} is 0",
-        f"{what}: exactly 0 from m={at:.8g} (logits [m, 0]; precision cliff "
-        f"{precision_cliff(tally.dtype):.8g}) where the exact value is {exact_at:.4g}",
-    )
-
-
-def _nan_check(tally, run, kind, dtype) -> bool:
-    """A row holding a NaN must give NaN; records a failure if it gives a finite number."""
-    z = np.array([[np.nan, 0.0, 1.0]], dtype)
-    other = {"ce": np.array([1], np.int32), "soft-target": np.array([[0.0, 0.0, 1.0]], dtype)}
-    got = _call(tally, run, "a row holding NaN", z, other.get(kind, np.eye(3, dtype=dtype)[:1]))
-    if got is None:
-        return False
-    propagates = bool(np.isnan(got[0].astype(np.float64)).any())
-    if not propagates:
-        tally.fail("NaN", f"NaN: logits [nan, 0, 1] give the finite {got[0].tolist()}, not NaN")
-    return propagates
-
-
-def _random_cases(quick: bool, max_k: int = 50_000):
-    limit = min(max_k, _QUICK_MAX_K if quick else max_k)
-    return [case for case in _CASES if case[0] <= limit]
-
-
-def _where_row(case, rows=None):
-    def where(r, j=None):
-        entry = "" if j is None else f", class {int(j)}"
-        extra = "" if rows is None else f" {rows[r]}"
-        return f"{_describe(case)} (row {r}{extra}{entry})"
-
-    return where
-
-
 # ----------------------------------------------------------------------------- checks
 def check_cross_entropy(
     fn: Callable,
@@ -549,7 +180,7 @@ def check_cross_entropy(
     """Check an integer-label cross-entropy `fn(logits, labels) -> losses` against mpmath.
 
     Inputs: logits [m, 0] with label 0 for every ulp around `precision_cliff(dtype)` and a
-    dense grid of m from -40 to past exponent underflow; random rows (`_CASES`: K from 2
+    dense grid of m from -40 to past exponent underflow; random rows (`_testing.CASES`: K from 2
     to 50,000, scales 1e-3 to 10, logits near 1e4, ties, near-ties, -inf classes); a
     row holding NaN. Loss and gradient (of the summed loss) are compared in ulps: within
     `ULPS` (or `max_ulps`) on the margin sweep, plus `general_bound`'s conditioning on
@@ -578,18 +209,18 @@ def check_cross_entropy(
     """
     dtype = as_dtype(dtype)
     reference = reference or oracle.cross_entropy_value_and_grad
-    tally = _Tally("ce", dtype)
+    tally = _testing.Tally("ce", dtype)
     value, grad_base = ULPS["value"][dtype], ULPS["grad"][dtype]
     if max_ulps is not None:
         value = grad_base = float(max_ulps)
     with jax.enable_x64(dtype == np.float64):
-        run = _evaluator(fn, "ce")
-        out_dtype = _probe(fn, run, "ce", dtype)
-        m = _margins(dtype, quick)
+        run = _testing.evaluator(fn, "ce")
+        out_dtype = _testing.probe(fn, run, "ce", dtype)
+        m = _testing.margin_sweep(dtype, quick)
         z = np.stack([m, np.zeros_like(m)], -1)
         labels = np.zeros(len(m), np.int32)
         dies = zero = None
-        got = _call(tally, run, "the margin sweep", z, labels)
+        got = _testing.run_or_fail(tally, run, "the margin sweep", z, labels)
         if got is not None:
             loss, grad = got
             exact_loss, exact_grad = reference(z, labels, exact=True)
@@ -614,34 +245,44 @@ def check_cross_entropy(
 
                 return at
 
-            dies = _first_dead(tally, grad[:, 0], exact_grad[:, 0], m, lambda v: single(1)(v)[0, 0])
-            zero = _first_dead(tally, loss, exact_loss, m, lambda v: single(0)(v)[0])
+            dies = _testing.first_dead(
+                tally, grad[:, 0], exact_grad[:, 0], m, lambda v: single(1)(v)[0, 0]
+            )
+            zero = _testing.first_dead(tally, loss, exact_loss, m, lambda v: single(0)(v)[0])
             for what, at in (("target gradient", dies), ("loss", zero)):
                 if at is not None:
                     exact_at = reference(np.array([[at, 0.0]]), np.zeros(1, int))
-                    _cliff_line(
+                    _testing.cliff_line(
                         tally, what, at, exact_at[1][0, 0] if what != "loss" else exact_at[0][0]
                     )
-        for case in _random_cases(quick):
-            z, labels = _rows(case, dtype, 2, seed=0)
-            got = _call(tally, run, _describe(case), z, labels)
+        for case in _testing.random_cases(quick):
+            z, labels = _testing.plant_rows(case, dtype, 2, seed=0)
+            got = _testing.run_or_fail(tally, run, _testing.describe(case), z, labels)
             if got is None:
                 continue
             loss, grad = got
             exact_loss, exact_grad = reference(z, labels, exact=True)
             k = case[0]
-            gaps = _finite_gaps(z)
+            gaps = _testing.finite_gaps(z)
             is_target = np.arange(k) == labels[:, None]
-            conditioning = np.where(is_target, _weighted_gap(gaps, is_target)[:, None], gaps)
-            where = _where_row(case)
+            conditioning = np.where(
+                is_target, _testing.weighted_gap(gaps, is_target)[:, None], gaps
+            )
+            where = _testing.where_row(case)
             tally.rows += len(z)
             tally.compare(
-                "loss", "value", loss, exact_loss, _conditioned(value, gaps.max(-1), k), z, where
+                "loss",
+                "value",
+                loss,
+                exact_loss,
+                _testing.conditioned(value, gaps.max(-1), k),
+                z,
+                where,
             )
-            grad_bound = _conditioned(grad_base, conditioning, k)
+            grad_bound = _testing.conditioned(grad_base, conditioning, k)
             tally.compare("gradient", "grad", grad, exact_grad, grad_bound, z, where)
             tally.sums(grad, grad_bound.max(-1), where)
-        nan = _nan_check(tally, run, "ce", dtype)
+        nan = _testing.nan_check(tally, run, "ce", dtype)
     return tally.result(
         grad_dies_at=dies,
         value_zero_at=zero,
@@ -657,18 +298,18 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
     log = kind == "log_softmax"
     reference = oracle.log_softmax if log else oracle.softmax
     reference_vjp = oracle.log_softmax_vjp if log else oracle.softmax_vjp
-    tally = _Tally(kind, dtype)
+    tally = _testing.Tally(kind, dtype)
     value, grad_base = ULPS["value"][dtype], ULPS["autodiff_grad"][dtype]
     if max_ulps is not None:
         value = grad_base = float(max_ulps)
     with jax.enable_x64(dtype == np.float64):
-        run = _evaluator(fn, kind)
-        out_dtype = _probe(fn, run, kind, dtype)
-        m = _margins(dtype, quick)
+        run = _testing.evaluator(fn, kind)
+        out_dtype = _testing.probe(fn, run, kind, dtype)
+        m = _testing.margin_sweep(dtype, quick)
         x = np.stack([m, np.zeros_like(m)], -1)
         cotangent = np.broadcast_to(np.array([1, 0], dtype), x.shape)
         dies = zero = None
-        got = _call(tally, run, "the margin sweep", x, cotangent)
+        got = _testing.run_or_fail(tally, run, "the margin sweep", x, cotangent)
         if got is not None:
             out, grad = got
             exact = reference(x, exact=True)
@@ -692,31 +333,33 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
 
                 return at
 
-            dies = _first_dead(tally, grad[:, 0], exact_grad[:, 0], m, single(1))
+            dies = _testing.first_dead(tally, grad[:, 0], exact_grad[:, 0], m, single(1))
             if dies is not None:
                 exact_at = reference_vjp(np.array([[dies, 0.0]]), np.array([[1.0, 0.0]]))[0, 0]
-                _cliff_line(tally, f"d {kind}[0] / dx0", dies, exact_at)
+                _testing.cliff_line(tally, f"d {kind}[0] / dx0", dies, exact_at)
             if log:
-                zero = _first_dead(tally, out[:, 0], exact[:, 0], m, single(0))
+                zero = _testing.first_dead(tally, out[:, 0], exact[:, 0], m, single(0))
                 if zero is not None:
-                    _cliff_line(tally, f"{kind}[0]", zero, reference(np.array([[zero, 0.0]]))[0, 0])
-        for case in _random_cases(quick):
-            x, _ = _rows(case, dtype, 2, seed=1)
+                    _testing.cliff_line(
+                        tally, f"{kind}[0]", zero, reference(np.array([[zero, 0.0]]))[0, 0]
+                    )
+        for case in _testing.random_cases(quick):
+            x, _ = _testing.plant_rows(case, dtype, 2, seed=1)
             k = case[0]
             cotangent = (np.arange(k) == np.argmax(x, -1)[:, None]).astype(dtype)
-            got = _call(tally, run, _describe(case), x, cotangent)
+            got = _testing.run_or_fail(tally, run, _testing.describe(case), x, cotangent)
             if got is None:
                 continue
-            gaps = _finite_gaps(x)
+            gaps = _testing.finite_gaps(x)
             if log:  # log q_k = -gap_k - log1p(S - 1): the sum's conditioning
                 is_max = np.arange(k) == np.argmax(x, -1)[:, None]
-                gaps = np.broadcast_to(_weighted_gap(gaps, is_max)[:, None], gaps.shape)
+                gaps = np.broadcast_to(_testing.weighted_gap(gaps, is_max)[:, None], gaps.shape)
             tally.rows += len(x)
-            bound = _conditioned(value, gaps, k)
+            bound = _testing.conditioned(value, gaps, k)
             tally.compare(
-                kind, "value", got[0], reference(x, exact=True), bound, x, _where_row(case)
+                kind, "value", got[0], reference(x, exact=True), bound, x, _testing.where_row(case)
             )
-        nan = _nan_check(tally, run, kind, dtype)
+        nan = _testing.nan_check(tally, run, kind, dtype)
     return tally.result(
         grad_dies_at=dies,
         value_zero_at=zero,
@@ -814,23 +457,23 @@ def check_soft_target_cross_entropy(
       SignatureError: `fn` raised on plain input or returned the wrong shape.
     """
     dtype = as_dtype(dtype)
-    tally = _Tally("soft-target", dtype)
+    tally = _testing.Tally("soft-target", dtype)
     value, grad_base = ULPS["value"][dtype], ULPS["grad"][dtype]
     if max_ulps is not None:
         value = grad_base = float(max_ulps)
     tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
     zero_ok = True
     with jax.enable_x64(dtype == np.float64):
-        run = _evaluator(fn, "soft-target")
-        out_dtype = _probe(fn, run, "soft-target", dtype)
-        for case in _random_cases(quick, max_k=1000):
-            teacher = np.repeat(_rows(case, dtype, 1, seed=2)[0], len(_DISTANCES), 0)
+        run = _testing.evaluator(fn, "soft-target")
+        out_dtype = _testing.probe(fn, run, "soft-target", dtype)
+        for case in _testing.random_cases(quick, max_k=1000):
+            teacher = np.repeat(_testing.plant_rows(case, dtype, 1, seed=2)[0], len(_DISTANCES), 0)
             noise = np.random.default_rng(case[0]).standard_normal(teacher.shape)
             scales = np.array(_DISTANCES)[:, None]
             with np.errstate(invalid="ignore"):  # -inf + 0 * noise stays -inf
                 student = (teacher.astype(np.float64) + scales * noise).astype(dtype)
             student = np.where(np.isfinite(teacher), student, teacher)
-            got = _call(tally, run, _describe(case), student, teacher)
+            got = _testing.run_or_fail(tally, run, _testing.describe(case), student, teacher)
             if got is None:
                 continue
             loss, grad = got
@@ -838,16 +481,16 @@ def check_soft_target_cross_entropy(
                 student, teacher, exact=True
             )
             k = case[0]
-            gaps = np.maximum(_finite_gaps(student), _finite_gaps(teacher))
+            gaps = np.maximum(_testing.finite_gaps(student), _testing.finite_gaps(teacher))
             scale_of = np.maximum(oracle.softmax(student), oracle.softmax(teacher))
             diff = np.abs(grad.astype(np.float64) - exact_grad.astype(np.float64))
             # XLA flushes subnormal results to zero: one smallest-normal is the hardware's.
             err = np.maximum(diff - tiny, 0) / oracle.ulp(scale_of, dtype)
-            where = _where_row(case, [f"distance {d:g}" for d in _DISTANCES])
+            where = _testing.where_row(case, [f"distance {d:g}" for d in _DISTANCES])
             tally.rows += len(student)
-            loss_bound = _conditioned(value, gaps.max(-1), k) + np.log2(k)
+            loss_bound = _testing.conditioned(value, gaps.max(-1), k) + np.log2(k)
             tally.compare("loss", "value", loss, exact_loss, loss_bound, student, where)
-            grad_bound = _conditioned(grad_base, gaps, k) + 2 * np.log2(k)
+            grad_bound = _testing.conditioned(grad_base, gaps, k) + 2 * np.log2(k)
             tally.compare("gradient", "grad", grad, exact_grad, grad_bound, student, where, err)
             tally.sums(grad, grad_bound.max(-1), where)
             residual = np.abs(grad[0].astype(np.float64)).max()
@@ -858,7 +501,7 @@ def check_soft_target_cross_entropy(
                     f"gradient at student = teacher: largest |g| {residual:.3g}, not exactly 0, "
                     f"at {where(0)}",
                 )
-        nan = _nan_check(tally, run, "soft-target", dtype)
+        nan = _testing.nan_check(tally, run, "soft-target", dtype)
     return tally.result(
         grad_dies_at=None,
         value_zero_at=None,
@@ -919,7 +562,7 @@ def labelled_logits(dtype, *, sizes=_SIZES, batch: int = 2):
       A hypothesis strategy. Raises ImportError, saying how to install it, without
       hypothesis.
     """
-    return _planted_rows(dtype, sizes, batch, _VARIANTS)
+    return _planted_rows(dtype, sizes, batch, _testing.VARIANTS)
 
 
 def _planted_rows(dtype, sizes, batch: int, variants):
@@ -934,7 +577,7 @@ def _planted_rows(dtype, sizes, batch: int, variants):
         st.sampled_from(variants),
         st.integers(0, 2**32 - 1),  # seed of the rows
     )
-    return params.map(lambda p: _rows(p[:5], dtype, batch, p[5]))
+    return params.map(lambda p: _testing.plant_rows(p[:5], dtype, batch, p[5]))
 
 
 def logits(dtype, *, sizes=_SIZES, batch: int = 2):

@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 
 import numerics
 from numerics import standard, testing
+from tests._docs import documented_constants
 from tests.tolerances import BF16, DTYPES, F32
+
+
+def test_every_public_name_is_documented():
+    documented = documented_constants(testing)
+    for name in testing.__all__:
+        obj = getattr(testing, name)
+        assert (callable(obj) and obj.__doc__) or name in documented, name
 
 
 def _no_max_shift(logits, labels):
