@@ -4,6 +4,9 @@ Each check runs with quick=True here (about a second per dtype); the full sizes 
 `grokbench audit` and the slow CLI test.
 """
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -128,3 +131,14 @@ def test_masked_strategy_hides_a_larger_logit(case):
     # The masked entries sit above every kept one: ignoring `where` changes the loss.
     kept_max = np.where(where, logits, -np.inf).max(-1)
     assert (np.where(where, -np.inf, logits).max(-1) > kept_max).all()
+
+
+def test_strategies_without_hypothesis_say_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "hypothesis", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"pip install 'grokbench\[testing\]'"):
+        testing.logits("fp32")
+
+
+def test_import_numerics_stays_light():
+    check = "import sys, numerics; assert not {'numerics.testing', 'hypothesis'} & set(sys.modules)"
+    subprocess.run([sys.executable, "-c", check], check=True)
