@@ -635,6 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--dtypes",
         default="bf16,fp16,fp32,fp64",
+        metavar="LIST",
         help="comma-separated dtypes, short or NumPy names (default: %(default)s)",
     )
     a.add_argument("--json", type=pathlib.Path, metavar="FILE", help="also write the results")
@@ -642,6 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-ulps",
         type=float,
         default=None,
+        metavar="N",
         help="one bound in ulps for values and gradients, instead of the lab's table",
     )
     a.add_argument(
