@@ -170,8 +170,8 @@ def format_dtype(row: AuditRow) -> str:
         exact = "exactly 0" if r.zero_at_teacher else "NOT exactly 0"
         lines.append(("grad at student=teacher", exact))
     lines.append(("NaN in", "NaN out" if r.nan_propagates else "a finite number out"))
-    finite = "finite out" if not r.nonfinite_rows else f"inf/NaN in {r.nonfinite_rows} rows"
-    lines.append(("finite in", finite))
+    finite = f"{r.nonfinite_rows} rows" if r.nonfinite_rows else "none"
+    lines.append(("inf/NaN out", finite + " (where the exact value is finite)"))
     rows, cols = SPEED_SHAPE
     lines.append(
         (

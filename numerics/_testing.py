@@ -56,7 +56,7 @@ class CheckResult:
     grad_sum_error: float  # worst |sum_k g_k| / (eps * sum_k |g_k|) over rows
     zero_at_teacher: bool | None  # soft-target: gradient exactly 0 at student == teacher
     nan_propagates: bool  # a NaN logit gives NaN, never a silent finite number
-    nonfinite_rows: int  # rows with inf/NaN output on finite input (overflow)
+    nonfinite_rows: int  # rows with inf/NaN output where the exact value is finite
     output_dtype: str  # the dtype the function returned
     failures: tuple[str, ...]  # one line each: what and where
 
@@ -207,23 +207,38 @@ class Tally:
             )
 
     def _nonfinite(self, what, actual, z, rows, where) -> None:
+        """One failure per cause: an overflow (logits beyond log(max float)), -inf logits
+        mishandled (masked classes must contribute nothing), or neither."""
         self.nonfinite_rows += int(rows.sum())
-        r = int(np.flatnonzero(rows)[0])
-        got = np.asarray(actual).reshape(len(z), -1)[r]
-        bad = got[~np.isfinite(got.astype(np.float64))][0]
-        largest = float(np.max(np.abs(np.where(np.isfinite(z[r]), z[r], 0).astype(np.float64))))
+        z = np.asarray(z).reshape(len(z), -1).astype(np.float64)
+        got = np.asarray(actual).reshape(len(z), -1).astype(np.float64)
+        finite_z = np.where(np.isfinite(z), z, 0.0)
+        largest = np.max(np.abs(finite_z), -1)
         log_max = math.log(float(ml_dtypes.finfo(self.dtype).max))
-        cause = (
-            f"exp overflows past {log_max:.4g} in {self.dtype.name} (no shift by the row max?)"
-            if largest > log_max
-            else "on finite input"
-        )
-        self.fail(
-            "overflow",
-            f"overflow: {what} is {float(bad)} where the exact value is finite, at {where(r)} "
-            f"(largest |logit| {largest:.6g}): {cause}",
-            count=int(rows.sum()),
-        )
+        has_inf = np.isinf(z).any(-1)
+        causes = {
+            "overflow": (
+                rows & ~has_inf & (largest > log_max),
+                f"an exp or a sum overflowed past log(max {self.dtype.name}) = {log_max:.4g} "
+                "(no shift by the row max?)",
+            ),
+            "-inf logits": (
+                rows & has_inf,
+                "classes at -inf (masked) must contribute nothing (0 * -inf?)",
+            ),
+            "non-finite": (rows & ~has_inf & (largest <= log_max), "on finite logits"),
+        }
+        for key, (group, cause) in causes.items():
+            if not group.any():
+                continue
+            r = int(np.flatnonzero(group)[0])
+            bad = got[r][~np.isfinite(got[r])][0]
+            self.fail(
+                key,
+                f"{key}: {what} is {bad} where the exact value is finite, at {where(r)} "
+                f"(largest finite |logit| {largest[r]:.6g}): {cause}",
+                count=int(group.sum()),
+            )
 
     def sums(self, grads: np.ndarray, bound: np.ndarray, where) -> None:
         """|sum_k g_k| / (eps sum_k |g_k|) per row (g flushed to zero may add K tiny)."""
