@@ -180,7 +180,7 @@ def check_cross_entropy(
     """Check an integer-label cross-entropy `fn(logits, labels) -> losses` against mpmath.
 
     Inputs: logits [m, 0] with label 0 for every ulp around `precision_cliff(dtype)` and a
-    dense grid of m from -40 to past exponent underflow; random rows (`_testing.CASES`: K from 2
+    dense grid of m from -40 to past exponent underflow; random rows (K from 2
     to 50,000, scales 1e-3 to 10, logits near 1e4, ties, near-ties, -inf classes); a
     row holding NaN. Loss and gradient (of the summed loss) are compared in ulps: within
     `ULPS` (or `max_ulps`) on the margin sweep, plus `general_bound`'s conditioning on
