@@ -134,12 +134,16 @@ def check_loss_mask(
     return check_mask(where, shape)
 
 
-def check_labels(labels: ArrayLike, logits: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+def check_labels(
+    labels: ArrayLike, logits: jax.Array, axes: tuple[int, ...], mask: jax.Array | None = None
+) -> jax.Array:
     """Check integer labels against logits with the class axes `axes`.
 
     A label is a flat index into the class slice, as in optax. Concrete labels
     outside [0, K) raise ValueError here; traced ones (under `jit`) cannot be
-    inspected, and the losses return NaN for those rows.
+    inspected, and the losses return NaN for those rows. Rows that a concrete
+    `mask` (of the logits' shape) masks out entirely are padding: their labels
+    are not checked.
     """
     labels = check_int(labels, "labels")
     expected = tuple(n for a, n in enumerate(logits.shape) if a not in axes)
@@ -154,6 +158,10 @@ def check_labels(labels: ArrayLike, logits: jax.Array, axes: tuple[int, ...]) ->
         # numpy, not jnp: under an outer `jit` a jnp reduction of even a concrete
         # array would be traced.
         host = np.asarray(labels)
+        if mask is not None and not isinstance(mask, jax.core.Tracer):
+            host = host[np.asarray(mask).any(axis=axes)]
+        if not host.size:
+            return labels
         lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= num_classes:
             raise ValueError(f"labels must lie in [0, {num_classes}); got values in [{lo}, {hi}].")

@@ -120,8 +120,8 @@ def prepare(logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None 
     """Check inputs and flatten the class axes last; shared with the baselines."""
     logits = _checks.check_float(logits, "logits")
     axes = _checks.check_axis(logits, axis, "logits")
-    labels = _checks.check_labels(labels, logits, axes)
     mask = _checks.check_loss_mask(where, logits.shape, axes)
+    labels = _checks.check_labels(labels, logits, axes, mask)
     # Labels index the class axis; int32 is enough for any K and keeps the iota small.
     if labels.dtype.itemsize < 4 or jnp.issubdtype(labels.dtype, jnp.unsignedinteger):
         labels = labels.astype(jnp.int32)
@@ -141,7 +141,7 @@ def cross_entropy(
 
     evaluated as log1p(e^-m) without ever adding 1 to e^-m. Shifting by the max
     as usual, S_others = sum_{j != t} e^(z_j - z_max) is summed apart from the
-    target's own term, and a custom VJP returns
+    target's own term, and the gradient is
 
         g_j = e^(z_j - z_max) / S  (j != t),      g_t = q_t - 1 = -S_others / S,
 
@@ -151,9 +151,16 @@ def cross_entropy(
     rounding. Unlike the paper's target-shifted form, no entry is computed as
     exp(a - L) with a large L, so misclassified rows (m < 0) are as accurate as
     confident ones: within about 2 ulps in bf16 and fp16 (tests/tolerances.py).
+
+    Derivatives: a linear tangent rule (`jax.custom_jvp`), dL = sum_j g_j dz_j, so
+    forward mode (`jax.jvp`, `jax.jacfwd`, Hessians) works and reverse mode is its
+    transpose, g * cotangent; g's own tangent is the softmax tangent of
+    `softmax`, centred on the argmax, so second derivatives survive the cliff too.
     Cost: three reads of the logits forward (max, the sum below the max, the
-    count of maxima) and one read and one write backward
-    (benchmarks/bench_cross_entropy.py measures it against optax).
+    count of maxima) and, under `jit`, one read and one write backward: g is
+    elementwise in the logits and XLA fuses it into the backward product
+    (benchmarks/bench_cross_entropy.py measures it against optax). Without `jit`,
+    reverse mode keeps g, a (rows, K) array, as optax keeps its exponentials.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -164,15 +171,21 @@ def cross_entropy(
     Edge cases: -inf non-target logits contribute nothing; K = 1 gives 0. NaN in a
     row gives NaN for that row. Labels outside [0, K) raise ValueError when
     concrete; under `jit` they cannot be checked and give NaN (loss and gradient).
-    A row whose target is masked out by `where` gives NaN; a row where every
-    non-target entry is masked out gives loss 0 and gradient 0.
+    Masks as in optax: a row masked out entirely (padding) gives loss 0 and
+    gradient 0, whatever its label, and its label is not checked; a row whose
+    target is masked out gives logsumexp(kept) - z_t; a row where every
+    non-target entry is masked out gives loss 0 and gradient 0. An empty class
+    axis has no valid label. Differences from optax: docs/compat.md.
 
     Args:
-      logits: floating-point array, class axis at `axis`.
-      labels: integer class indices, the shape of `logits` without `axis`.
-      axis: the class axis of `logits`.
-      where: optional boolean mask broadcastable to `logits`; False entries are
-        left out of the normaliser.
+      logits: floating-point array, class axis (or axes) at `axis`.
+      labels: integer class indices, the shape of `logits` without `axis`; with a
+        tuple of axes, flat indices into the class slice (as optax).
+      axis: the class axis, a tuple of axes, or None for all axes.
+      where: optional boolean mask. Of the rank of `logits` (broadcastable to it),
+        it masks entries, which are left out of the normaliser; of the rank of
+        `labels` (broadcastable to it), it masks whole examples, as in optax.
+        Other ranks raise ValueError.
 
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
@@ -203,7 +216,7 @@ def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1) -> jax.A
     Args:
       logits: floating-point array, class axis at `axis`.
       labels: integer class indices, the shape of `logits` without `axis`.
-      axis: the class axis of `logits`.
+      axis: the class axis of `logits`, a tuple of axes, or None for all axes.
 
     Returns:
       Margins of shape `labels.shape`, in the dtype of `logits`.

@@ -36,7 +36,7 @@ def logsumexp_or_neg_inf(x: jax.Array) -> jax.Array:
 
 
 def shifted_sums(z: jax.Array):
-    """Per-row (z_max, S, S_rest) over the last axis, keepdims, for the custom VJPs.
+    """Per-row (z_max, S, S_rest) over the last axis, keepdims, for the fixed losses.
 
     S = sum_j e^(z_j - z_max) as usual, and S_rest = S - 1, the sum without one max
     entry's own term e^0 = 1, computed without ever forming 1 + S_rest. With
