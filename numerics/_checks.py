@@ -124,7 +124,7 @@ def check_loss_mask(
     if where is None:
         return None
     ndim = np.ndim(where)
-    if ndim == len(shape) - len(axes) and ndim != len(shape):
+    if ndim == len(shape) - len(axes):
         where = jnp.expand_dims(jnp.asarray(where), axes)
     elif ndim != len(shape):
         raise ValueError(
@@ -153,7 +153,7 @@ def check_labels(
             f"with the class axis at {axes if len(axes) > 1 else axes[0]}: "
             f"expected labels of shape {expected}."
         )
-    num_classes = int(np.prod([logits.shape[a] for a in axes]))
+    num_classes = math.prod(logits.shape[a] for a in axes)
     if not isinstance(labels, jax.core.Tracer) and labels.size:
         # numpy, not jnp: under an outer `jit` a jnp reduction of even a concrete
         # array would be traced.

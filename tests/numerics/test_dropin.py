@@ -101,13 +101,22 @@ def test_jvp_jacfwd_and_hessian_agree_with_the_peers(name):
 # Finite-difference step per dtype: large enough that rounding f(z +- eps v) in the
 # dtype stays below the check's tolerance (jax's own per-dtype gradient tolerance:
 # 1e-5 f64, 2e-3 f32, 1e-2 f16, 1e-1 bf16), small enough for the truncation error.
-FD_EPS = {F64: 1e-4, F32: 3e-2, F16: 1e-1, BF16: 2.5e-1}
+# (f16 first had 1e-1: one reverse-over-reverse check of the soft target then missed
+# by 0.027 against 0.027, the same check passes at 1e-1 in f64, so that was f16
+# rounding in the differences, not the derivative; the float64 comparison below
+# is the sharper test for the 16-bit types.)
+FD_EPS = {F64: 1e-4, F32: 3e-2, F16: 5e-2, BF16: 2.5e-1}
 
 
 def _matrix(dtypes, default):
     """Every (function, dtype) pair; all but the `default` ones are marked slow."""
     return [
-        pytest.param(fn, dtype, marks=() if (fn, dtype) in default else pytest.mark.slow)
+        pytest.param(
+            fn,
+            dtype,
+            marks=() if (fn, dtype) in default else pytest.mark.slow,
+            id=f"{fn.__name__}-{np.dtype(dtype).name}",
+        )
         for fn in FORWARD_MODE
         for dtype in dtypes
     ]
@@ -235,9 +244,10 @@ def test_other_axis_types_raise_a_type_error_naming_axis(axis):
 def _ce_both(z, labels, where):
     # (loss, grad of the summed loss) for ours and for optax.
     def run(f):
-        return jax.value_and_grad(lambda z: f(z, labels, where=where).sum())(z), f(
-            z, labels, where=where
-        )
+        def loss(z):
+            return f(z, labels, where=where)
+
+        return jax.jit(lambda z: (jax.value_and_grad(lambda z: loss(z).sum())(z), loss(z)))(z)
 
     return run(numerics.cross_entropy), run(optax.softmax_cross_entropy_with_integer_labels)
 
