@@ -202,7 +202,7 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
     Example:
       >>> import jax, jax.numpy as jnp
       >>> jax.grad(lambda z: softmax(z)[0])(jnp.array([9.0, -9.0, -9.0]))
-      Array([ 3.0459969e-08, -1.5229984e-08, -1.5229984e-08], dtype=float32)
+      Array([ 3.0459958e-08, -1.5229977e-08, -1.5229977e-08], dtype=float32)
 
     Edge cases as `log_softmax`: masked entries and fully masked rows give 0,
     NaN propagates to the whole row, an empty class axis gives an empty array.
