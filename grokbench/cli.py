@@ -348,19 +348,26 @@ def _figures(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cliffs(args: argparse.Namespace) -> int:
-    from grokbench import cliffs
+def _dtype_names(names: Sequence[str]) -> list[str]:
+    """NumPy's names of the float dtypes NAMES, short (bf16, as in precision=bf16) or NumPy's
+    (bfloat16); all four when NAMES is empty. _Fail on any other name."""
     from grokbench.precision import DTYPES
 
-    # Short names (bf16, as in precision=bf16) or NumPy's (bfloat16).
-    names = [DTYPES[n].name if n in DTYPES else n for n in args.dtypes] or list(cliffs.DTYPES)
-    unknown = sorted(set(names) - set(cliffs.DTYPES))
+    known = [dtype.name for dtype in DTYPES.values()]
+    names = [DTYPES[n].name if n in DTYPES else n for n in names] or known
+    unknown = sorted(set(names) - set(known))
     if unknown:
         raise _Fail(
             f"unknown dtype(s) {', '.join(unknown)}; choose from "
-            f"{', '.join(cliffs.DTYPES)} or {', '.join(DTYPES)}"
+            f"{', '.join(known)} or {', '.join(DTYPES)}"
         )
-    rows = [cliffs.measure(name) for name in names]
+    return names
+
+
+def _cliffs(args: argparse.Namespace) -> int:
+    from grokbench import cliffs
+
+    rows = [cliffs.measure(name) for name in _dtype_names(args.dtypes)]
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
     else:
@@ -369,6 +376,48 @@ def _cliffs(args: argparse.Namespace) -> int:
         print("\nstd: numerics.standard (as optax); fixed: numerics.cross_entropy. The fixed")
         print("target gradient reaches 0 only where exp(-m) itself underflows.")
     return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from grokbench import audit
+    from numerics.testing import SignatureError
+
+    names = _dtype_names([n.strip() for n in args.dtypes.split(",") if n.strip()])
+    if args.max_ulps is not None and not args.max_ulps > 0:
+        raise _Fail(f"--max-ulps must be > 0; got {args.max_ulps}")
+    if args.json is not None:
+        _writable_dir(args.json.parent, "--json")
+    try:
+        fn = audit.load(args.function)
+    except ValueError as err:
+        raise _Fail(str(err)) from None
+    kind = args.kind or audit.infer_kind(args.function)
+    print(f"grokbench audit {args.function} as {kind} ({_KIND_CALLS[kind]}), bounds: ", end="")
+    print("numerics.testing.ULPS" if args.max_ulps is None else f"{args.max_ulps:g} ulps")
+    rows = []
+    for name in names:
+        try:
+            rows.append(audit.audit(fn, kind, name, max_ulps=args.max_ulps, quick=args.quick))
+        except SignatureError as err:
+            raise _Fail(f"{err} (is --kind {kind} right?)") from None
+        print(f"\n{audit.format_dtype(rows[-1])}", flush=True)
+    failures = [line for row in rows for line in row.result.failures]
+    if args.json is not None:
+        args.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    print()
+    for line in failures:
+        print(f"FAIL {line}")
+    print(f"{'FAIL' if failures else 'PASS'}: {args.function} as {kind} in {', '.join(names)}")
+    return 1 if failures else 0
+
+
+_KIND_CALLS = {
+    "ce": "fn(logits, labels) -> per-row losses",
+    "softmax": "fn(x) -> probabilities",
+    "log_softmax": "fn(x) -> log-probabilities",
+    "soft-target": "fn(student_logits, teacher_logits) -> per-row losses",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -564,6 +613,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("dtypes", nargs="*", help="bf16 fp16 fp32 fp64 or NumPy names (default: all)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    a = command(
+        "audit",
+        _audit,
+        "check anyone's softmax or cross-entropy against mpmath, per dtype",
+        "Import MODULE:FUNCTION and check it as numerics.testing does: values and gradients "
+        "in ulps against the mpmath oracle on margins around the precision cliff and up to "
+        "underflow, K up to 50,000, ties, huge and tiny logits, NaN; where the target "
+        "gradient and the loss become 0; gradient sums; student = teacher; and speed against "
+        "optax's function of the same kind. Exit 0: within the lab's own bounds "
+        "(numerics.testing.ULPS, the table of tests/tolerances.py) or --max-ulps; 1: not, one "
+        "FAIL line per failure; 2: bad input.",
+    )
+    a.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. numerics:cross_entropy")
+    a.add_argument(
+        "--kind",
+        choices=list(_KIND_CALLS),
+        default=None,
+        help="what FUNCTION computes (default: guessed from its name, else ce)",
+    )
+    a.add_argument(
+        "--dtypes",
+        default="bf16,fp16,fp32,fp64",
+        metavar="LIST",
+        help="comma-separated dtypes, short or NumPy names (default: %(default)s)",
+    )
+    a.add_argument("--json", type=pathlib.Path, metavar="FILE", help="also write the results")
+    a.add_argument(
+        "--max-ulps",
+        type=float,
+        default=None,
+        metavar="N",
+        help="one bound in ulps for values and gradients, instead of the lab's table",
+    )
+    a.add_argument(
+        "--quick", action="store_true", help="fewer margins, K up to 100: seconds per dtype"
+    )
     return parser
 
 

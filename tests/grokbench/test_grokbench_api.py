@@ -8,6 +8,7 @@ import pytest
 from tests._docs import documented_constants
 
 NAMES = (
+    "audit",
     "config",
     "console",
     "distill",

@@ -1,0 +1,189 @@
+"""`grokbench audit MODULE:FUNCTION`: `numerics.testing`'s checks on any function, with speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from numerics import testing
+
+__all__ = ["SPEED_SHAPE", "AuditRow", "audit", "format_dtype", "infer_kind", "load", "reference"]
+
+SPEED_SHAPE = (512, 8192)
+"""(rows, K) of the logits the speed comparison times value and gradient on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditRow:
+    """One dtype's audit: the check's result, how long it took, and the speed comparison."""
+
+    result: testing.CheckResult  # what numerics.testing measured
+    seconds: float  # wall time of the check (compilation included)
+    ms: float  # median ms of value and gradient of the audited function on SPEED_SHAPE
+    reference_ms: float  # the same for `reference(kind)`
+    reference: str  # what the reference is
+
+
+def load(spec: str) -> Callable:
+    """The callable named by 'MODULE:FUNCTION' ('pkg.mod:Class.method' works too).
+
+    The current directory is searched first, as `python -m` does. Raises ValueError
+    with one line on any problem: no colon, no such module, no such attribute, not
+    callable, or an import that fails.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"expected MODULE:FUNCTION, e.g. numerics:cross_entropy; got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise ValueError(f"no module named {err.name!r} (importing {module_name})") from None
+    except Exception as err:  # the user's module failed to import: say how, in one line
+        raise ValueError(f"importing {module_name} raised {type(err).__name__}: {err}") from None
+    for i, part in enumerate(attr.split(".")):
+        if not hasattr(obj, part):
+            where = ".".join([module_name, *attr.split(".")[:i]])
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            near = difflib.get_close_matches(part, names, n=3)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            raise ValueError(f"{where} has no attribute {part!r}{hint}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{spec} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def infer_kind(spec: str) -> str:
+    """The kind a function's name suggests: log_softmax, softmax, soft-target, else ce."""
+    name = spec.rpartition(":")[2].lower()
+    if "log_softmax" in name:
+        return "log_softmax"
+    if "soft_target" in name or "distill" in name:
+        return "soft-target"
+    if "softmax" in name and "cross_entropy" not in name:
+        return "softmax"
+    return "ce"
+
+
+def _soft_labels(student, teacher):
+    # optax's soft-label loss on the teacher's softmax: the formula users write.
+    return optax.softmax_cross_entropy(student, jax.nn.softmax(teacher))
+
+
+def reference(kind: str) -> tuple[str, Callable]:
+    """(name, function): optax's (or jax.nn's, which optax has none of) function of `kind`."""
+    return {
+        "ce": ("optax", optax.softmax_cross_entropy_with_integer_labels),
+        "soft-target": ("optax", _soft_labels),
+        "log_softmax": ("jax.nn", jax.nn.log_softmax),
+        "softmax": ("jax.nn", jax.nn.softmax),
+    }[kind]
+
+
+def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 7):
+    """Median ms of value and gradient of `fn` and of `ref` on SPEED_SHAPE, interleaved."""
+    key_x, key_o = jax.random.split(jax.random.key(0))
+    x = (3 * jax.random.normal(key_x, SPEED_SHAPE, jnp.float32)).astype(dtype)
+    other = {
+        "ce": jax.random.randint(key_o, SPEED_SHAPE[:1], 0, SPEED_SHAPE[1]),
+        "soft-target": x + (0.1 * jax.random.normal(key_o, SPEED_SHAPE)).astype(dtype),
+    }.get(kind, jax.random.normal(key_o, SPEED_SHAPE).astype(dtype))  # softmax: a cotangent
+
+    def step(f):
+        if kind in ("ce", "soft-target"):
+            loss = lambda x, o: jnp.sum(f(x, o))  # noqa: E731
+        else:
+            loss = lambda x, o: jnp.sum(f(x) * o)  # noqa: E731
+        compiled = jax.jit(jax.value_and_grad(loss))
+        return lambda: jax.block_until_ready(compiled(x, other))
+
+    steps = [step(fn), step(ref)]
+    for run in steps:
+        run()  # compile
+        run()  # warm
+    times: list[list[float]] = [[], []]
+    for _ in range(reps):
+        for run, out in zip(steps, times, strict=True):
+            start = time.perf_counter()
+            run()
+            out.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def audit(
+    fn: Callable,
+    kind: str,
+    dtype,
+    max_ulps: float | None = None,
+    quick: bool = False,
+    **check: object,
+) -> AuditRow:
+    """Check `fn` as `kind` in `dtype` (numerics.testing; `check` goes to the check, e.g.
+    `reference=`) and time it against `reference(kind)`."""
+    dtype = testing.as_dtype(dtype)
+    start = time.perf_counter()
+    result = testing.CHECKS[kind](fn, dtype, max_ulps=max_ulps, quick=quick, **check)
+    seconds = time.perf_counter() - start
+    name, ref = reference(kind)
+    with jax.enable_x64(dtype == np.float64):
+        ms, ref_ms = _speed(fn, ref, kind, dtype)
+    return AuditRow(result, seconds, ms, ref_ms, name)
+
+
+def _margin(value: float | None, cliff: float, never: str) -> str:
+    if value is None:
+        return never
+    return f"m = {value:.8g}   (cliff {cliff:.8g})"
+
+
+def format_dtype(row: AuditRow) -> str:
+    """One dtype's table: errors, cliffs, sums, edge cases, speed and the verdict."""
+    r = row.result
+    target = {"ce": "target gradient", "soft-target": "target gradient"}.get(
+        r.kind, f"d {r.kind}[0] / dx0"
+    )
+    value_zero = {"ce": "loss", "log_softmax": "log_softmax[0]"}.get(r.kind)
+    lines = [
+        ("value error", f"{r.value_ulps:.3g} ulps (bound {r.value_bound:.3g}) at {r.value_at}"),
+        ("gradient error", f"{r.grad_ulps:.3g} ulps (bound {r.grad_bound:.3g}) at {r.grad_at}"),
+    ]
+    never = "never (until exp(-m) underflows)"
+    if r.kind != "soft-target":
+        lines.append((f"{target} = 0 from", _margin(r.grad_dies_at, r.cliff, never)))
+    if value_zero:
+        lines.append((f"{value_zero} = 0 from", _margin(r.value_zero_at, r.cliff, never)))
+    lines.append(("gradient sum", f"|sum g| <= {r.grad_sum_error:.3g} eps * sum |g|"))
+    if r.zero_at_teacher is not None:
+        exact = "exactly 0" if r.zero_at_teacher else "NOT exactly 0"
+        lines.append(("grad at student=teacher", exact))
+    lines.append(("NaN in", "NaN out" if r.nan_propagates else "a finite number out"))
+    finite = f"{r.nonfinite_rows} rows" if r.nonfinite_rows else "none"
+    lines.append(("inf/NaN out", finite + " (where the exact value is finite)"))
+    rows, cols = SPEED_SHAPE
+    lines.append(
+        (
+            "speed",
+            f"{row.ms / row.reference_ms:.2f}x {row.reference} ({row.ms:.3g} vs "
+            f"{row.reference_ms:.3g} ms, value and gradient on ({rows}, {cols}))",
+        )
+    )
+    verdict = "PASS" if r.ok else f"FAIL ({len(r.failures)} failures below)"
+    lines.append(("verdict", verdict))
+    head = f"{r.dtype}: {r.rows:,} rows against mpmath in {row.seconds:.1f} s"
+    if r.output_dtype != r.dtype:
+        head += f" (returns {r.output_dtype})"
+    width = max(len(label) for label, _ in lines)
+    return "\n".join([head, *(f"  {label.ljust(width)}  {text}" for label, text in lines)])

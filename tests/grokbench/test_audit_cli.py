@@ -1,0 +1,95 @@
+"""`grokbench audit MODULE:FUNCTION`: exit 0 for the fixed loss, 1 with the cliff for optax,
+1 with an overflow line for a loss without the max shift, 2 for bad input."""
+
+import json
+
+import jax.numpy as jnp
+import pytest
+
+from grokbench import audit, cli
+
+
+def no_max_shift(logits, labels):
+    """Cross-entropy as textbooks write it: exp of the raw logits (overflows)."""
+    log_z = jnp.log(jnp.sum(jnp.exp(logits), axis=-1))
+    return log_z - jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+
+
+def per_batch_mean(logits, labels):
+    """The wrong signature: one number per batch."""
+    return jnp.mean(logits)
+
+
+def test_fixed_cross_entropy_passes(capsys, tmp_path):
+    out = tmp_path / "audit.json"
+    assert (
+        cli.main(
+            ["audit", "numerics:cross_entropy", "--dtypes", "fp32", "--quick", "--json", str(out)]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "target gradient = 0 from  never" in text and "PASS: numerics:cross_entropy" in text
+    (row,) = json.loads(out.read_text())
+    assert row["result"]["dtype"] == "float32" and row["result"]["failures"] == []
+
+
+def test_optax_names_the_fp32_cliff(capsys):
+    spec = "optax:softmax_cross_entropy_with_integer_labels"
+    assert cli.main(["audit", spec, "--dtypes", "float32", "--quick"]) == 1
+    text = capsys.readouterr().out
+    assert "target gradient = 0 from  m = 16.635532   (cliff 16.635532)" in text
+    fails = [line for line in text.splitlines() if line.startswith("FAIL ")]
+    assert fails[0].startswith("FAIL float32 target gradient: exactly 0 from m=16.635532")
+
+
+def test_missing_max_shift_fails_with_overflow_not_a_traceback(capsys):
+    spec = "tests.grokbench.test_audit_cli:no_max_shift"
+    assert cli.main(["audit", spec, "--dtypes", "fp16", "--quick"]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    fails = [line for line in captured.out.splitlines() if line.startswith("FAIL ")]
+    assert fails[0].startswith("FAIL float16 overflow: loss is inf")
+    assert "overflowed past log(max float16) = 11.09" in fails[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["numerics"], "expected MODULE:FUNCTION"),
+        (["no_such_module:f"], "no module named 'no_such_module'"),
+        (["numerics:cross_entropi"], "did you mean cross_entropy"),
+        (["numerics.testing:ULPS"], "is a dict, not a function"),
+        (["tests.grokbench.test_audit_cli:per_batch_mean"], "returned shape ()"),
+        (["optax:softmax_cross_entropy"], "softmax_cross_entropy(logits, labels) with"),
+        (["numerics:cross_entropy", "--dtypes", "fp8"], "unknown dtype(s) fp8"),
+        (["numerics:cross_entropy", "--max-ulps", "0"], "--max-ulps must be > 0"),
+        (["numerics:cross_entropy", "--kind", "hinge"], "invalid choice: 'hinge'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    try:
+        status = cli.main(["audit", *argv, "--quick"])
+    except SystemExit as exit_:  # argparse's own errors exit from the parser
+        status = exit_.code
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_kind_is_guessed_from_the_name():
+    guesses = {
+        "jax.nn:log_softmax": "log_softmax",
+        "jax.nn:softmax": "softmax",
+        "numerics:soft_target_cross_entropy": "soft-target",
+        "optax:softmax_cross_entropy_with_integer_labels": "ce",
+    }
+    assert {spec: audit.infer_kind(spec) for spec in guesses} == guesses
+
+
+@pytest.mark.slow
+def test_full_audit_of_every_dtype(capsys):
+    assert cli.main(["audit", "numerics:cross_entropy"]) == 0
+    spec = "optax:softmax_cross_entropy_with_integer_labels"
+    assert cli.main(["audit", spec]) == 1
+    assert "exactly 0 from m=16.635532" in capsys.readouterr().out
