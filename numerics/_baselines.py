@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
+from numerics._checks import Axis
 from numerics._cross_entropy import prepare, valid_rows
-from numerics._softmax import softmax
+from numerics._softmax import over_classes, softmax
 from numerics.standard import cross_entropy as standard_cross_entropy
 
 
@@ -21,7 +21,7 @@ def _stablemax_s(x: jax.Array) -> jax.Array:
 
 
 def stablemax_cross_entropy(
-    logits: ArrayLike, labels: ArrayLike, axis: int = -1, where: ArrayLike | None = None
+    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
 ) -> jax.Array:
     r"""StableMax cross-entropy (Prieto et al., 2025): exp replaced by a rational s(x).
 
@@ -53,36 +53,34 @@ def stablemax_cross_entropy(
         s = jnp.where(mask, s, jnp.zeros((), s.dtype))
     s_t = jnp.take_along_axis(s, labels[..., None], axis=-1, mode="clip")[..., 0]
     out = jnp.log(jnp.sum(s, axis=-1)) - jnp.log(s_t)
-    return jnp.where(valid_rows(logits, labels, None), out, jnp.nan)
+    return jnp.where(valid_rows(logits, labels), out, jnp.nan)
 
 
-@jax.custom_vjp
+@jax.custom_jvp
 def _zero_sum(x, mask):
     return x
 
 
-def _zero_sum_fwd(x, mask):
-    return x, mask
-
-
-def _zero_sum_bwd(mask, cotangent):
+@_zero_sum.defjvp
+def _zero_sum_jvp(primals, tangents):
+    # The projection P dx = dx - mean(dx) (over kept entries; masked ones get 0) is
+    # symmetric, so reverse mode, its transpose, projects the cotangent the same way.
+    x, mask = primals
+    dx = tangents[0]
     if mask is None:
-        mean = jnp.mean(cotangent, axis=-1, keepdims=True)
-        return cotangent - mean, None
-    zero = jnp.zeros((), cotangent.dtype)
-    kept = jnp.sum(mask, axis=-1, keepdims=True).astype(cotangent.dtype)
-    mean = jnp.sum(jnp.where(mask, cotangent, zero), axis=-1, keepdims=True) / kept
-    return jnp.where(mask, cotangent - mean, zero), None
+        return x, dx - jnp.mean(dx, axis=-1, keepdims=True)
+    zero = jnp.zeros((), dx.dtype)
+    kept = jnp.sum(mask, axis=-1, keepdims=True).astype(dx.dtype)
+    mean = jnp.sum(jnp.where(mask, dx, zero), axis=-1, keepdims=True) / kept
+    return x, jnp.where(mask, dx - mean, zero)
 
 
-_zero_sum.defvjp(_zero_sum_fwd, _zero_sum_bwd)
-
-
-def zero_sum_gradient(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
-    r"""Identity whose backward pass subtracts the mean along `axis` (Liu et al., 2026).
+def zero_sum_gradient(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
+    r"""Identity whose derivative subtracts the mean along `axis` (Liu et al., 2026).
 
     Put it in front of a loss to force its logit gradients to sum to zero:
-    g_k <- g_k - mean_j g_j. Past the precision cliff the standard target
+    g_k <- g_k - mean_j g_j. The projection is symmetric, so forward mode
+    (`jax.jvp`) applies the same one to tangents. Past the precision cliff the standard target
     gradient is 0, so the projection hands the target only -1/K of the
     non-target total; the paper finds this stalls the margin near 18.
 
@@ -93,23 +91,18 @@ def zero_sum_gradient(x: ArrayLike, axis: int = -1, where: ArrayLike | None = No
 
     Args:
       x: floating-point array.
-      axis: the axis along which gradients are centred.
+      axis: the axis (or tuple of axes, or None for all) along which gradients are centred.
       where: optional boolean mask; the mean is over kept entries and masked
         entries get zero gradient.
 
     Returns:
       `x` unchanged.
     """
-    x = _checks.check_float(x, "x")
-    axis = _checks.check_axis(x, axis, "x")
-    mask = _checks.check_mask(where, x.shape)
-    x = jnp.moveaxis(x, axis, -1)
-    mask = None if mask is None else jnp.moveaxis(mask, axis, -1)
-    return jnp.moveaxis(_zero_sum(x, mask), -1, axis)
+    return over_classes(_zero_sum, x, axis, where)
 
 
 def zero_sum_cross_entropy(
-    logits: ArrayLike, labels: ArrayLike, axis: int = -1, where: ArrayLike | None = None
+    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
 ) -> jax.Array:
     """Standard cross-entropy with its logit gradient projected to zero sum (Liu et al., 2026).
 
@@ -133,7 +126,7 @@ def clipped_softmax(
     x: ArrayLike,
     gamma: ArrayLike,
     zeta: ArrayLike = 1.0,
-    axis: int = -1,
+    axis: Axis = -1,
     where: ArrayLike | None = None,
 ) -> jax.Array:
     r"""Clipped softmax (Bondarenko et al., 2023): clip((zeta - gamma) softmax(x) + gamma, 0, 1).

@@ -6,12 +6,17 @@ sees it, under `jit` and `vmap` alike.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
 _FLOATS = "bfloat16, float16, float32 or float64"
+
+# An axis argument as jax.nn takes it: one axis, several normalised together, or all.
+Axis = int | tuple[int, ...] | None
 
 
 def _dtype(x: ArrayLike, name: str) -> np.dtype:
@@ -53,13 +58,41 @@ def check_int(x: ArrayLike, name: str) -> jax.Array:
     return jnp.asarray(x)
 
 
-def check_axis(x: jax.Array, axis: int, name: str) -> int:
-    """Normalise `axis` to a non-negative int, raising ValueError when out of range."""
+def check_axis(x: jax.Array, axis: Axis, name: str) -> tuple[int, ...]:
+    """Normalise `axis` (an int, a tuple of ints, or None for all) to sorted non-negative axes.
+
+    Raises TypeError for any other type of `axis`, ValueError when an axis is out of
+    range or repeated.
+    """
     if x.ndim == 0:
         raise ValueError(f"{name} must have at least one dimension (the class axis); got a scalar.")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis {axis} is out of range for {name} of shape {x.shape}.")
-    return axis % x.ndim
+    if axis is None:
+        return tuple(range(x.ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    if not all(isinstance(a, int | np.integer) and not isinstance(a, bool) for a in axes):
+        raise TypeError(f"axis must be an int, a tuple of ints or None; got {axis!r}.")
+    for a in axes:
+        if not -x.ndim <= a < x.ndim:
+            raise ValueError(f"axis {a} is out of range for {name} of shape {x.shape}.")
+    normalised = sorted(int(a) % x.ndim for a in axes)
+    if len(set(normalised)) != len(normalised):
+        raise ValueError(f"axis {axis} repeats an axis of {name}.")
+    return tuple(normalised)
+
+
+def classes_last(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """Move `axes` to the end and flatten them into one class axis of size prod(shape[axes])."""
+    batch = [a for a in range(x.ndim) if a not in axes]
+    x = jnp.transpose(x, (*batch, *axes))
+    return x.reshape(*x.shape[: len(batch)], math.prod(x.shape[len(batch) :]))
+
+
+def classes_back(y: jax.Array, axes: tuple[int, ...], shape: tuple[int, ...]) -> jax.Array:
+    """Undo `classes_last` for an output of the input's `shape`."""
+    batch = [a for a in range(len(shape)) if a not in axes]
+    order = (*batch, *axes)
+    y = y.reshape(tuple(shape[a] for a in order))
+    return jnp.transpose(y, tuple(int(a) for a in np.argsort(order)))
 
 
 def check_mask(where: ArrayLike | None, shape: tuple[int, ...]) -> jax.Array | None:
@@ -78,24 +111,57 @@ def check_mask(where: ArrayLike | None, shape: tuple[int, ...]) -> jax.Array | N
     return jnp.broadcast_to(where, shape)
 
 
-def check_labels(labels: ArrayLike, logits: jax.Array, axis: int) -> jax.Array:
-    """Check integer labels against logits with the class axis at `axis`.
+def check_loss_mask(
+    where: ArrayLike | None, shape: tuple[int, ...], axes: tuple[int, ...]
+) -> jax.Array | None:
+    """`check_mask` for a loss, reading `where` as optax does.
 
-    Concrete labels outside [0, K) raise ValueError here; traced ones (under
-    `jit`) cannot be inspected, and the losses return NaN for those rows.
+    `where` of the logits' rank masks entries; `where` of the labels' rank (the
+    logits' rank less the class axes) masks whole examples, so it is expanded at
+    the class axes rather than broadcast along them. Other ranks are ambiguous and
+    raise ValueError.
+    """
+    if where is None:
+        return None
+    ndim = np.ndim(where)
+    if ndim == len(shape) - len(axes):
+        where = jnp.expand_dims(jnp.asarray(where), axes)
+    elif ndim != len(shape):
+        raise ValueError(
+            f"where must have the rank of logits {shape} (an entry mask) or of the labels, "
+            f"without the class axes {axes} (an example mask); got rank {ndim}."
+        )
+    return check_mask(where, shape)
+
+
+def check_labels(
+    labels: ArrayLike, logits: jax.Array, axes: tuple[int, ...], mask: jax.Array | None = None
+) -> jax.Array:
+    """Check integer labels against logits with the class axes `axes`.
+
+    A label is a flat index into the class slice, as in optax. Concrete labels
+    outside [0, K) raise ValueError here; traced ones (under `jit`) cannot be
+    inspected, and the losses return NaN for those rows. Rows that a concrete
+    `mask` (of the logits' shape) masks out entirely are padding: their labels
+    are not checked.
     """
     labels = check_int(labels, "labels")
-    expected = logits.shape[:axis] + logits.shape[axis + 1 :]
+    expected = tuple(n for a, n in enumerate(logits.shape) if a not in axes)
     if labels.shape != expected:
         raise ValueError(
             f"labels of shape {labels.shape} do not match logits of shape {logits.shape} "
-            f"with the class axis at {axis}: expected labels of shape {expected}."
+            f"with the class axis at {axes if len(axes) > 1 else axes[0]}: "
+            f"expected labels of shape {expected}."
         )
-    num_classes = logits.shape[axis]
+    num_classes = math.prod(logits.shape[a] for a in axes)
     if not isinstance(labels, jax.core.Tracer) and labels.size:
         # numpy, not jnp: under an outer `jit` a jnp reduction of even a concrete
         # array would be traced.
         host = np.asarray(labels)
+        if mask is not None and not isinstance(mask, jax.core.Tracer):
+            host = host[np.asarray(mask).any(axis=axes)]
+        if not host.size:
+            return labels
         lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= num_classes:
             raise ValueError(f"labels must lie in [0, {num_classes}); got values in [{lo}, {hi}].")
@@ -103,9 +169,10 @@ def check_labels(labels: ArrayLike, logits: jax.Array, axis: int) -> jax.Array:
 
 
 def check_student_teacher(
-    student: ArrayLike, teacher: ArrayLike, axis: int, temperature: ArrayLike
+    student: ArrayLike, teacher: ArrayLike, axis: Axis, temperature: ArrayLike
 ):
-    """Check a (student, teacher) logit pair; return both with the class axis last, divided by T."""
+    """Check a (student, teacher) logit pair; return both with the class axes flattened last,
+    divided by T."""
     student = check_float(student, "student_logits")
     teacher = check_float(teacher, "teacher_logits")
     if student.shape != teacher.shape:
@@ -118,11 +185,11 @@ def check_student_teacher(
             f"student_logits ({student.dtype}) and teacher_logits ({teacher.dtype}) "
             "must have the same dtype: the lab never promotes precision silently."
         )
-    axis = check_axis(student, axis, "student_logits")
+    axes = check_axis(student, axis, "student_logits")
     if not isinstance(temperature, jax.core.Tracer) and not float(temperature) > 0:
         raise ValueError(f"temperature must be > 0; got {temperature}.")
-    student = jnp.moveaxis(student, axis, -1)
-    teacher = jnp.moveaxis(teacher, axis, -1)
+    student = classes_last(student, axes)
+    teacher = classes_last(teacher, axes)
     if not (isinstance(temperature, (int, float)) and temperature == 1):
         # Both sides divided in their own dtype: equal logits stay bit-identical.
         temperature = jnp.asarray(temperature, student.dtype)

@@ -7,14 +7,16 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from numerics import _checks
-from numerics._softmax import logsumexp_or_neg_inf, shifted_sums
+from numerics._checks import Axis
+from numerics._softmax import logsumexp_or_neg_inf, shifted_sums, softmax_last
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
-    """Per-row (z_max, z_t - z_max, S_others, S), keepdims.
+    """Per-row (z_max, z_t - z_max, [t is a kept max], S_others, S), keepdims.
 
-    S_others = sum_{j != t} e^(z_j - z_max) never contains the target's own term:
-    when t is the argmax that term is the 1 that would swallow e^-m past the cliff.
+    S sums the kept entries. S_others = sum_{j != t} e^(z_j - z_max) never contains
+    the target's own term: when t is the argmax that term is the 1 that would
+    swallow e^-m past the cliff. A masked-out target is not in S, so S_others = S.
     """
     masked = logits if mask is None else jnp.where(mask, logits, -jnp.inf)
     z_max, s_all, s_rest = shifted_sums(masked)
@@ -22,82 +24,114 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     # turned into NaN by `valid_rows`.
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
     shift_t = z_t - z_max
+    kept_t = target_kept(labels, mask)
+    t_is_max = (shift_t == 0) & kept_t
     # t is a max: the others are S_rest. Otherwise S counts a max entry of its own,
     # S_others >= 1 and subtracting the target's e^(z_t - z_max) <= 1 is harmless.
-    s_others = jnp.where(shift_t == 0, s_rest, s_all - jnp.exp(shift_t))
-    return z_max, shift_t, s_others, s_all
+    s_kept = jnp.where(t_is_max, s_rest, s_all - jnp.exp(shift_t))
+    return z_max, shift_t, t_is_max, jnp.where(kept_t, s_kept, s_all), s_all
 
 
-def _loss_from(shift_t: jax.Array, s_others: jax.Array, s_all: jax.Array) -> jax.Array:
+def _loss_from(t_is_max, shift_t, s_others, s_all) -> jax.Array:
     # L = log(1 + e^-m). When t is a max, e^-m = S_others and log1p never forms
-    # 1 + e^-m. Otherwise S_others >= 1 and L = log(S) - (z_t - z_max) adds two
-    # non-negative terms, with no cancellation.
-    is_max = shift_t == 0
-    return jnp.where(is_max, jnp.log1p(s_others), jnp.log(s_all) - shift_t)
+    # 1 + e^-m. Otherwise L = log(S) - (z_t - z_max) adds two non-negative terms
+    # (S >= 1), with no cancellation; a masked-out target gives optax's
+    # logsumexp(kept) - z_t.
+    return jnp.where(t_is_max, jnp.log1p(s_others), jnp.log(s_all) - shift_t)
 
 
-def valid_rows(logits: jax.Array, labels: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """Rows whose label lies in [0, K) and, under a mask, whose target is kept."""
-    num_classes = logits.shape[-1]
-    valid = (labels >= 0) & (labels < num_classes)
-    if mask is not None:
-        target_kept = jnp.take_along_axis(mask, labels[..., None], axis=-1, mode="clip")
-        valid = valid & target_kept[..., 0]
-    return valid
+def target_kept(labels: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Whether each row's target entry is kept by the mask (keepdims)."""
+    if mask is None:
+        return jnp.ones((*labels.shape, 1), bool)
+    return jnp.take_along_axis(mask, labels[..., None], axis=-1, mode="clip")
 
 
-@jax.custom_vjp
+def valid_rows(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Rows whose label lies in [0, K)."""
+    return (labels >= 0) & (labels < logits.shape[-1])
+
+
+def _any_kept(mask: jax.Array | None, shape) -> jax.Array:
+    """Rows with at least one kept entry (keepdims); a fully masked row is padding."""
+    if mask is None:
+        return jnp.ones((*shape[:-1], 1), bool)
+    return jnp.any(mask, axis=-1, keepdims=True)
+
+
+def _forward(logits, labels, mask):
+    """The loss and the per-row statistics its gradient is built from."""
+    z_max, shift_t, t_is_max, s_others, s_all = _normalizers(logits, labels, mask)
+    loss = _loss_from(t_is_max, shift_t, s_others, s_all)
+    valid = valid_rows(logits, labels)[..., None]
+    padding = ~_any_kept(mask, logits.shape)
+    # Padding rows give loss 0 and gradient 0 whatever their label, as in optax;
+    # other rows with an invalid label give NaN for both.
+    zero, one, nan = (jnp.asarray(v, logits.dtype) for v in (0, 1, jnp.nan))
+    loss = jnp.where(padding, zero, jnp.where(valid, loss, nan))
+    inv_s = jnp.where(padding, one, jnp.where(valid, one / s_all, nan))
+    return loss[..., 0], (z_max, s_others, inv_s)
+
+
+@jax.custom_jvp
 def _cross_entropy(logits, labels, mask):
-    return _cross_entropy_fwd(logits, labels, mask)[0]
+    return _forward(logits, labels, mask)[0]
 
 
-def _cross_entropy_fwd(logits, labels, mask):
-    z_max, shift_t, s_others, s_all = _normalizers(logits, labels, mask)
-    loss = _loss_from(shift_t, s_others, s_all)[..., 0]
-    loss = jnp.where(valid_rows(logits, labels, mask), loss, jnp.nan)
-    # Only O(rows) residuals: the backward pass recomputes the elementwise parts,
-    # so it is one fused read of the logits and one write, as in optax.
-    return loss, (logits, labels, mask, z_max, s_others, s_all, loss)
+@_cross_entropy.defjvp
+def _cross_entropy_jvp(primals, tangents):
+    logits, labels, mask = primals
+    # The primal through the custom function itself, so higher orders use this rule.
+    loss = _cross_entropy(logits, labels, mask)
+    grad = _gradient(logits, labels, mask, *_forward(logits, labels, mask)[1])
+    # Linear in the tangent: reverse mode transposes it to grad * cotangent, one
+    # fused read of the logits and one write (`_gradient` is elementwise).
+    return loss, jnp.sum(grad * tangents[0], axis=-1)
 
 
-def _cross_entropy_bwd(residuals, cotangent):
-    logits, labels, mask, z_max, s_others, s_all, loss = residuals
+@jax.custom_jvp
+def _gradient(logits, labels, mask, z_max, s_others, inv_s):
+    """dL/dz from the forward statistics: q_j for j != t, q_t - 1 = -S_others / S at t."""
     if mask is not None:
         logits = jnp.where(mask, logits, -jnp.inf)  # masked entries get q = 0
     iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
     is_target = iota == labels[..., None]
-    # One division per row; rows with an invalid label (NaN loss) get NaN gradients.
-    scale = jnp.where(jnp.isnan(loss), jnp.nan, cotangent)[..., None] / s_all
     # The barrier keeps XLA from sharing e^(z - z_max) with the forward sums, which
-    # would store it as a (rows, K) array between the passes (scale rides along
-    # only so this barrier differs from the forward's and is not merged with it).
-    logits, z_max, scale = jax.lax.optimization_barrier((logits, z_max, scale))
+    # would store it as a (rows, K) array between the passes (inv_s rides along only
+    # so this barrier differs from the forward's and is not merged with it).
+    logits, z_max, inv_s = jax.lax.optimization_barrier((logits, z_max, inv_s))
     # Non-target q_j = e^(z_j - z_max) / S: a small number computed directly.
     # Target q_t - 1 = -S_others / S, never 1 - 1 = 0: it stays accurate past the
     # precision cliff, so the K gradients still sum to zero within rounding.
-    grad = jnp.where(is_target, -s_others * scale, jnp.exp(logits - z_max) * scale)
-    return grad, None, None
+    return jnp.where(is_target, -s_others, jnp.exp(logits - z_max)) * inv_s
 
 
-_cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
+@_gradient.defjvp
+def _gradient_jvp(primals, tangents):
+    # d(q - onehot) = dq: the softmax tangent, centred on the argmax. The statistics
+    # are functions of the logits already accounted for in dq, so their tangents
+    # are not used.
+    logits, mask = primals[0], primals[2]
+    dq = jax.jvp(lambda z: softmax_last(z, mask), (logits,), (tangents[0],))[1]
+    return _gradient(*primals), jnp.where(_any_kept(mask, logits.shape), dq, jnp.zeros_like(dq))
 
 
-def prepare(logits: ArrayLike, labels: ArrayLike, axis: int, where: ArrayLike | None = None):
-    """Check inputs and move the class axis last; shared with the baselines."""
+def prepare(logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None = None):
+    """Check inputs and flatten the class axes last; shared with the baselines."""
     logits = _checks.check_float(logits, "logits")
-    axis = _checks.check_axis(logits, axis, "logits")
-    labels = _checks.check_labels(labels, logits, axis)
-    mask = _checks.check_mask(where, logits.shape)
+    axes = _checks.check_axis(logits, axis, "logits")
+    mask = _checks.check_loss_mask(where, logits.shape, axes)
+    labels = _checks.check_labels(labels, logits, axes, mask)
     # Labels index the class axis; int32 is enough for any K and keeps the iota small.
     if labels.dtype.itemsize < 4 or jnp.issubdtype(labels.dtype, jnp.unsignedinteger):
         labels = labels.astype(jnp.int32)
-    logits = jnp.moveaxis(logits, axis, -1)
-    mask = None if mask is None else jnp.moveaxis(mask, axis, -1)
+    logits = _checks.classes_last(logits, axes)
+    mask = None if mask is None else _checks.classes_last(mask, axes)
     return logits, labels, mask
 
 
 def cross_entropy(
-    logits: ArrayLike, labels: ArrayLike, axis: int = -1, where: ArrayLike | None = None
+    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
 ) -> jax.Array:
     r"""Cross-entropy with integer labels that survives the precision cliff.
 
@@ -107,7 +141,7 @@ def cross_entropy(
 
     evaluated as log1p(e^-m) without ever adding 1 to e^-m. Shifting by the max
     as usual, S_others = sum_{j != t} e^(z_j - z_max) is summed apart from the
-    target's own term, and a custom VJP returns
+    target's own term, and the gradient is
 
         g_j = e^(z_j - z_max) / S  (j != t),      g_t = q_t - 1 = -S_others / S,
 
@@ -117,9 +151,16 @@ def cross_entropy(
     rounding. Unlike the paper's target-shifted form, no entry is computed as
     exp(a - L) with a large L, so misclassified rows (m < 0) are as accurate as
     confident ones: within about 2 ulps in bf16 and fp16 (tests/tolerances.py).
+
+    Derivatives: a linear tangent rule (`jax.custom_jvp`), dL = sum_j g_j dz_j, so
+    forward mode (`jax.jvp`, `jax.jacfwd`, Hessians) works and reverse mode is its
+    transpose, g * cotangent; g's own tangent is the softmax tangent of
+    `softmax`, centred on the argmax, so second derivatives survive the cliff too.
     Cost: three reads of the logits forward (max, the sum below the max, the
-    count of maxima) and one read and one write backward
-    (benchmarks/bench_cross_entropy.py measures it against optax).
+    count of maxima) and, under `jit`, one read and one write backward: g is
+    elementwise in the logits and XLA fuses it into the backward product
+    (benchmarks/bench_cross_entropy.py measures it against optax). Without `jit`,
+    reverse mode keeps g, a (rows, K) array, as optax keeps its exponentials.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -130,24 +171,32 @@ def cross_entropy(
     Edge cases: -inf non-target logits contribute nothing; K = 1 gives 0. NaN in a
     row gives NaN for that row. Labels outside [0, K) raise ValueError when
     concrete; under `jit` they cannot be checked and give NaN (loss and gradient).
-    A row whose target is masked out by `where` gives NaN; a row where every
-    non-target entry is masked out gives loss 0 and gradient 0.
+    Masks as in optax: a row masked out entirely (padding) gives loss 0 and
+    gradient 0, whatever its label, and its label is not checked; a row whose
+    target is masked out gives logsumexp(kept) - z_t; a row where every
+    non-target entry is masked out gives loss 0 and gradient 0. An empty class
+    axis has no valid label. Differences from optax: docs/compat.md.
 
     Args:
-      logits: floating-point array, class axis at `axis`.
-      labels: integer class indices, the shape of `logits` without `axis`.
-      axis: the class axis of `logits`.
-      where: optional boolean mask broadcastable to `logits`; False entries are
-        left out of the normaliser.
+      logits: floating-point array, class axis (or axes) at `axis`.
+      labels: integer class indices, the shape of `logits` without `axis`; with a
+        tuple of axes, flat indices into the class slice (as optax).
+      axis: the class axis, a tuple of axes, or None for all axes.
+      where: optional boolean mask. Of the rank of `logits` (broadcastable to it),
+        it masks entries, which are left out of the normaliser; of the rank of
+        `labels` (broadcastable to it), it masks whole examples, as in optax.
+        Other ranks raise ValueError.
 
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
     logits, labels, mask = prepare(logits, labels, axis, where)
+    if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
+        return jnp.full(labels.shape, jnp.nan, logits.dtype)
     return _cross_entropy(logits, labels, mask)
 
 
-def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: int = -1) -> jax.Array:
+def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1) -> jax.Array:
     r"""Logit margin m = z_t - logsumexp_{j != t} z_j, computed from differences.
 
     m is how far the target logit sits above the log-sum-exp of the others; the
@@ -167,16 +216,18 @@ def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: int = -1) -> jax.Ar
     Args:
       logits: floating-point array, class axis at `axis`.
       labels: integer class indices, the shape of `logits` without `axis`.
-      axis: the class axis of `logits`.
+      axis: the class axis of `logits`, a tuple of axes, or None for all axes.
 
     Returns:
       Margins of shape `labels.shape`, in the dtype of `logits`.
     """
     logits, labels, _ = prepare(logits, labels, axis)
+    if logits.shape[-1] == 0:
+        return jnp.full(labels.shape, jnp.nan, logits.dtype)
     iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
     # -m = log sum_{j != t} e^(z_j - z_t), with its own max shift, so m stays finite
     # and accurate even where e^-m is far below the dtype's range.
     others = jnp.where(iota == labels[..., None], -jnp.inf, logits - z_t)
     margin = -logsumexp_or_neg_inf(others)[..., 0]
-    return jnp.where(valid_rows(logits, labels, None), margin, jnp.nan)
+    return jnp.where(valid_rows(logits, labels), margin, jnp.nan)

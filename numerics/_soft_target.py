@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from numerics import _checks
-from numerics._softmax import finite_row_max, shifted_sums
+from numerics._checks import Axis
+from numerics._softmax import finite_row_max, log_softmax_last, shifted_sums, softmax_last
 
 
 def _shifted(student, teacher, s_max, t_max):
@@ -40,12 +43,8 @@ def _log1p(x: jax.Array) -> jax.Array:
     return jnp.where(x < -0.25, jnp.log(1 + x), jnp.log1p(x))
 
 
-@jax.custom_vjp
-def _soft_target(student, teacher):
-    return _soft_target_fwd(student, teacher)[0]
-
-
-def _soft_target_fwd(student, teacher):
+def _forward(student, teacher):
+    """The loss and the per-row statistics its gradients are built from."""
     s_max, s_sum, s_rest = shifted_sums(student)
     # log q_k = a_k - log1p(S_S - 1): the margin form, S_S - 1 summed apart from
     # the max's own 1 by `shifted_sums`.
@@ -60,8 +59,29 @@ def _soft_target_fwd(student, teacher):
     # is sum_k e^b_k (log_norm - a_k) / S_T, one pass over both logit arrays.
     weighted = jnp.sum(jnp.exp(b) * (log_norm - a), axis=-1, keepdims=True)
     loss = (weighted / t_sum)[..., 0]
-    # Only O(rows) statistics are kept; the backward pass rebuilds q and p.
-    return loss, (student, teacher, s_max, s_sum, log_norm, t_max, t_sum, loss)
+    # Only O(rows) statistics are kept; the gradients rebuild q and p.
+    return loss, (s_max, s_sum, log_norm, t_max, t_sum)
+
+
+@jax.custom_jvp
+def _soft_target(student, teacher):
+    return _forward(student, teacher)[0]
+
+
+@functools.partial(_soft_target.defjvp, symbolic_zeros=True)
+def _soft_target_jvp(primals, tangents):
+    student, teacher = primals
+    # The primal through the custom function itself, so higher orders use this rule.
+    loss = _soft_target(student, teacher)
+    stats = _forward(student, teacher)[1]
+    # Linear in the tangents, so reverse mode is grad * cotangent: one fused pass per
+    # gradient. A teacher held constant (a symbolic zero) costs nothing.
+    terms = [
+        jnp.sum(grad(student, teacher, loss, *stats) * dz, axis=-1)
+        for grad, dz in ((_student_grad, tangents[0]), (_teacher_grad, tangents[1]))
+        if not isinstance(dz, jax.custom_derivatives.SymbolicZero)
+    ]
+    return loss, sum(terms[1:], terms[0])
 
 
 def _pieces(student, teacher, s_max, t_max, s_sum, t_sum):
@@ -75,11 +95,12 @@ def _pieces(student, teacher, s_max, t_max, s_sum, t_sum):
     return a, d, jnp.exp(a) / s_sum, jnp.exp(b) / t_sum
 
 
-def _soft_target_bwd(residuals, cotangent):
-    student, teacher, s_max, s_sum, log_norm, t_max, t_sum, loss = residuals
+@jax.custom_jvp
+def _student_grad(student, teacher, loss, s_max, s_sum, log_norm, t_max, t_sum):
+    """dL/dz_S = q - p, from the forward statistics."""
     # Each pass reads the logits afresh behind its own (distinct) barrier:
     # recomputing a few exps is far cheaper than XLA storing them as (rows, K).
-    a, d, q, p = _pieces(
+    _, d, q, p = _pieces(
         *jax.lax.optimization_barrier((student, teacher, s_max, t_max)), s_sum, t_sum
     )
     # log(S_S / S_T) = log1p(sum_k (q_k - p_k) S_S / S_T) = log1p(sum_k p_k expm1(d_k)):
@@ -92,31 +113,66 @@ def _soft_target_bwd(residuals, cotangent):
     # equal probabilities; exactly 0 where s_k = 0 (student == teacher). The u_k
     # are each within a few ulps, so they sum to zero within rounding; the
     # paper's extra pass re-centring them along q (g = u - q sum u) is skipped.
-    a, d, q, p = _pieces(
+    _, d, q, p = _pieces(
         *jax.lax.optimization_barrier((teacher, student, ratio))[1::-1], s_max, t_max, s_sum, t_sum
     )
-    u = _signed_gap(q, p, d - ratio)
-    cotangent = cotangent[..., None]
-    grad_student = u * cotangent
-    # dL/dz_T = -p (log q + L) = p (log_norm - a - L): exact for the forward loss,
-    # for users who also differentiate through the teacher.
-    grad_teacher = p * ((log_norm - a) - loss[..., None]) * cotangent
-    return grad_student, grad_teacher
+    return _signed_gap(q, p, d - ratio)
 
 
-_soft_target.defvjp(_soft_target_fwd, _soft_target_bwd)
+@_student_grad.defjvp
+def _student_grad_jvp(primals, tangents):
+    # d(q - p) = dq - dp, each the centred softmax tangent. The statistics are
+    # functions of the logits already accounted for there, so their tangents are
+    # not used.
+    student, teacher = primals[:2]
+    dq = jax.jvp(lambda z: softmax_last(z, None), (student,), (tangents[0],))[1]
+    dp = jax.jvp(lambda z: softmax_last(z, None), (teacher,), (tangents[1],))[1]
+    return _student_grad(*primals), dq - dp
+
+
+@jax.custom_jvp
+def _teacher_grad(student, teacher, loss, s_max, s_sum, log_norm, t_max, t_sum):
+    """dL/dz_T = -p (log q + L) = p (log_norm - a - L): exact for the forward loss,
+    for users who also differentiate through the teacher."""
+    p, neg_log_q = _teacher_pieces(student, teacher, s_max, s_sum, log_norm, t_max, t_sum)
+    return p * (neg_log_q - loss[..., None])
+
+
+def _teacher_pieces(student, teacher, s_max, s_sum, log_norm, t_max, t_sum):
+    """(p, -log q), elementwise, behind their own barrier."""
+    student, teacher, log_norm = jax.lax.optimization_barrier((student, teacher, log_norm))
+    a, _, _, p = _pieces(student, teacher, s_max, t_max, s_sum, t_sum)
+    return p, log_norm - a
+
+
+@_teacher_grad.defjvp
+def _teacher_grad_jvp(primals, tangents):
+    # d(-p (log q + L)) = -dp (log q + L) - p (dlog q + dL), from the centred
+    # softmax and log-softmax tangents and the loss's own tangent. (Autodiff of the
+    # forward statistics is not used: reverse mode through the count of maxima in
+    # `shifted_sums` cancels a 4/eps term and loses everything else.)
+    student, teacher, loss = primals[:3]
+    d_student, d_teacher = tangents[:2]
+    p, neg_log_q = _teacher_pieces(student, teacher, *primals[3:])
+    dp = jax.jvp(lambda z: softmax_last(z, None), (teacher,), (d_teacher,))[1]
+    dlog_q = jax.jvp(lambda z: log_softmax_last(z, None), (student,), (d_student,))[1]
+    grad_teacher = _teacher_grad(*primals)
+    d_loss = jnp.sum(_student_grad(*primals) * d_student, axis=-1, keepdims=True) + jnp.sum(
+        grad_teacher * d_teacher, axis=-1, keepdims=True
+    )
+    return grad_teacher, dp * (neg_log_q - loss[..., None]) - p * (dlog_q + d_loss)
 
 
 def soft_target_cross_entropy(
     student_logits: ArrayLike,
     teacher_logits: ArrayLike,
-    axis: int = -1,
+    axis: Axis = -1,
     temperature: ArrayLike = 1.0,
 ) -> jax.Array:
     r"""Soft-target cross-entropy whose gradient is exactly zero when student == teacher.
 
     Forward: L = -sum_k p_k log q_k with p = softmax(z_T / T), q = softmax(z_S / T),
-    both in the fixed margin form. Backward (custom VJP, after paper eq. 9): with
+    both in the fixed margin form. Gradient (after paper eq. 9): with
     the logits divided by T and each shifted by its row maximum,
     d_k = (z_S,k - max z_S) - (z_T,k - max z_T) (from the raw difference z_S - z_T),
 
@@ -135,6 +191,13 @@ def soft_target_cross_entropy(
     want Hinton et al.'s scaling. The teacher also receives its exact gradient,
     -p (log q + L) / T, should you differentiate through it.
 
+    Derivatives: a linear tangent rule (`jax.custom_jvp`), dL = sum_k g_k dz_S,k
+    (+ the teacher's term when the teacher is differentiated), so forward mode
+    and Hessians work and reverse mode is its transpose; a teacher held constant
+    costs nothing. g's own tangent is dq - dp from `softmax`'s centred rule.
+    Under `jit` each gradient is one fused pass; without it, reverse mode keeps
+    the student gradient, a (rows, K) array (optax keeps two).
+
     Example:
       >>> import jax, jax.numpy as jnp
       >>> z_t = jnp.array([2.0, 1.0, 0.0])
@@ -147,7 +210,7 @@ def soft_target_cross_entropy(
     Args:
       student_logits: floating-point logits, class axis at `axis`.
       teacher_logits: floating-point logits of the same shape and dtype.
-      axis: the class axis.
+      axis: the class axis, a tuple of axes normalised over together, or None.
       temperature: T > 0; both logit arrays are divided by it.
 
     Returns:

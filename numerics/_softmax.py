@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from numerics import _checks
+from numerics._checks import Axis
 
 
 def finite_row_max(x: jax.Array) -> jax.Array:
@@ -35,7 +36,7 @@ def logsumexp_or_neg_inf(x: jax.Array) -> jax.Array:
 
 
 def shifted_sums(z: jax.Array):
-    """Per-row (z_max, S, S_rest) over the last axis, keepdims, for the custom VJPs.
+    """Per-row (z_max, S, S_rest) over the last axis, keepdims, for the fixed losses.
 
     S = sum_j e^(z_j - z_max) as usual, and S_rest = S - 1, the sum without one max
     entry's own term e^0 = 1, computed without ever forming 1 + S_rest. With
@@ -70,17 +71,11 @@ def shifted_sums(z: jax.Array):
 
 
 def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """log_softmax over the last axis, in the dtype of `x` (paper eq. 5).
-
-    Differentiated by autodiff (log_softmax has no custom VJP): the index mask
-    below is what makes that gradient exact, so this form keeps it.
-    """
-    masked = x if mask is None else jnp.where(mask, x, -jnp.inf)
-    i_max = jnp.argmax(masked, axis=-1, keepdims=True)
+    """log_softmax over the last axis, in the dtype of `x` (paper eq. 5)."""
+    i_max = argmax(x, mask)
     is_max = jax.lax.broadcasted_iota(i_max.dtype, x.shape, x.ndim - 1) == i_max
     x_max = jnp.take_along_axis(x, i_max, axis=-1)
-    # The argmax slot is an exact 0 rather than x_max - x_max, so x_max reaches the
-    # result only through the K-1 differences x_j - x_max and the gradient sums to 0.
+    # The argmax slot is an exact 0 rather than x_max - x_max.
     shifted = jnp.where(is_max, jnp.zeros((), x.dtype), x - x_max)
     # Exclude the argmax from the sum so 1 is never added to e^-m: this
     # log-sum-exp is -m itself, accurate down to exponent underflow.
@@ -91,7 +86,68 @@ def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:
     return out if mask is None else jnp.where(mask, out, -jnp.inf)
 
 
-def log_softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
+def argmax(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Index of the largest kept entry over the last axis (keepdims); 0 for a fully masked row."""
+    return jnp.argmax(x if mask is None else jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True)
+
+
+def centred_tangent(p: jax.Array, dx: jax.Array, i_max: jax.Array) -> jax.Array:
+    """The tangent of log_softmax, dx - sum_j p_j dx_j, centred on the argmax i.
+
+    Written as d - sum_j p_j d_j with d = dx - dx_i (d_i = 0), which equals it since
+    the p_j sum to 1, so the dominant entry's tangent -sum_{j != i} p_j d_j never
+    forms 1 - p_i: past the precision cliff p_i rounds to 1 and that would be 0.
+    Linear in dx, so reverse mode is its transpose; i_max, not a (rows, K) index
+    mask, is what reverse mode keeps.
+    """
+    d = dx - jnp.take_along_axis(dx, i_max, axis=-1)
+    return d - jnp.sum(p * d, axis=-1, keepdims=True)
+
+
+@jax.custom_jvp
+def log_softmax_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """log_softmax over the last axis: the margin form, with an exact linear tangent rule."""
+    return _margin_form(x, mask)
+
+
+@log_softmax_last.defjvp
+def _log_softmax_jvp(primals, tangents):
+    x, mask = primals
+    # The primal through the custom function itself, so higher orders use this rule too.
+    y = log_softmax_last(x, mask)
+    dy = centred_tangent(jnp.exp(y), tangents[0], argmax(x, mask))
+    # Masked entries are a constant -inf: tangent 0, as in jax.nn.
+    return y, dy if mask is None else jnp.where(mask, dy, jnp.zeros((), dy.dtype))
+
+
+@jax.custom_jvp
+def softmax_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """softmax over the last axis as exp of the margin form, with an exact linear tangent rule."""
+    return jnp.exp(_margin_form(x, mask))
+
+
+@softmax_last.defjvp
+def _softmax_jvp(primals, tangents):
+    x, mask = primals
+    p = softmax_last(x, mask)
+    # dp = p * dlog p; masked entries have p = 0 and so tangent 0.
+    return p, p * centred_tangent(p, tangents[0], argmax(x, mask))
+
+
+def over_classes(fn, x: ArrayLike, axis, where: ArrayLike | None) -> jax.Array:
+    """Check `x`, `axis` and `where`, apply fn(x, mask) with the class axes flattened last,
+    and return the result in the shape of `x`. An empty `x` is returned as it is."""
+    x = _checks.check_float(x, "x")
+    axes = _checks.check_axis(x, axis, "x")
+    mask = _checks.check_mask(where, x.shape)
+    if x.size == 0:
+        return x
+    flat = _checks.classes_last(x, axes)
+    mask = None if mask is None else _checks.classes_last(mask, axes)
+    return _checks.classes_back(fn(flat, mask), axes, x.shape)
+
+
+def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
     r"""Log-softmax that stays accurate when one entry dominates (Softmax Collapse fix).
 
     With i = argmax(x) and the margin m = x_i - logsumexp_{j != i} x_j,
@@ -100,11 +156,16 @@ def log_softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) ->
 
     Standard implementations add e^0 = 1 to e^-m and lose it past the precision
     cliff (`precision_cliff`); this form keeps e^-m apart, so log_softmax(x)_i
-    = -log(1 + e^-m) stays accurate down to exponent underflow and its gradient
-    still sums to zero.
+    = -log(1 + e^-m) stays accurate down to exponent underflow.
+
+    Derivatives come from a linear tangent rule (`jax.custom_jvp`), so forward
+    mode (`jax.jvp`, `jax.jacfwd`, Hessians) works to any order and reverse mode
+    is its transpose: dy = d - sum_j p_j d_j with d = dx - dx_i, centred on the
+    argmax so the dominant entry never forms 1 - p_i (which rounds to 0 past the
+    cliff) and the gradient sums to zero. Reverse mode keeps p and the argmax.
 
     Computes in the dtype of `x` (reductions accumulate as `jnp.sum` does), for any
-    batch shape, under `jit`, `vmap` and `grad`.
+    batch shape, under `jit`, `vmap`, `grad` and `jvp`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -113,46 +174,45 @@ def log_softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) ->
 
     Edge cases: -inf entries get -inf; a +inf entry gets 0 and the others -inf;
     NaN anywhere in a row makes the whole row NaN; a row of only -inf is 0/0 and
-    gives NaN (as `jax.nn.log_softmax`). Entries masked out by `where` get -inf;
-    a row masked out entirely gives -inf everywhere.
+    gives NaN (as `jax.nn.log_softmax`). Entries masked out by `where` get -inf and
+    tangent 0; a row masked out entirely gives -inf everywhere. An empty class
+    axis gives an empty array.
 
     Args:
       x: floating-point logits, any shape.
-      axis: the class axis.
+      axis: the class axis, a tuple of axes normalised over together (as
+        `jax.nn.log_softmax`), or None for all axes.
       where: optional boolean mask broadcastable to `x`; False entries are left out.
 
     Returns:
       An array of the shape and dtype of `x`.
     """
-    x = _checks.check_float(x, "x")
-    axis = _checks.check_axis(x, axis, "x")
-    mask = _checks.check_mask(where, x.shape)
-    x = jnp.moveaxis(x, axis, -1)
-    mask = None if mask is None else jnp.moveaxis(mask, axis, -1)
-    return jnp.moveaxis(_margin_form(x, mask), -1, axis)
+    return over_classes(log_softmax_last, x, axis, where)
 
 
-def softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
+def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
     r"""Softmax as exp of the fixed `log_softmax`, so its gradient survives the cliff.
 
     The dominant probability is exp(-softplus(-m)) = 1/(1 + e^-m), and its
-    gradient is carried by the K-1 differences x_j - x_max, so
-    grad(softmax(x)[i]) stays non-zero past the precision cliff.
+    tangent p * (d - sum_j p_j d_j) (`log_softmax`'s rule, centred on the argmax)
+    is carried by the K-1 differences, so grad(softmax(x)[i]) stays non-zero
+    past the precision cliff. Reverse mode keeps p and the argmax, as jax.nn
+    keeps p.
 
     Example:
       >>> import jax, jax.numpy as jnp
       >>> jax.grad(lambda z: softmax(z)[0])(jnp.array([9.0, -9.0, -9.0]))
-      Array([ 3.0459969e-08, -1.5229984e-08, -1.5229984e-08], dtype=float32)
+      Array([ 3.0459958e-08, -1.5229977e-08, -1.5229977e-08], dtype=float32)
 
     Edge cases as `log_softmax`: masked entries and fully masked rows give 0,
-    NaN propagates to the whole row.
+    NaN propagates to the whole row, an empty class axis gives an empty array.
 
     Args:
       x: floating-point logits, any shape.
-      axis: the class axis.
+      axis: the class axis, a tuple of axes, or None for all axes.
       where: optional boolean mask broadcastable to `x`.
 
     Returns:
       Probabilities of the shape and dtype of `x`.
     """
-    return jnp.exp(log_softmax(x, axis=axis, where=where))
+    return over_classes(softmax_last, x, axis, where)

@@ -16,10 +16,11 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from numerics import _checks
+from numerics._checks import Axis
 from numerics._cross_entropy import prepare
 
 
-def log_softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
+def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
     """`jax.nn.log_softmax`: x - max - log(sum(exp(x - max))); 1 + e^-m rounds to 1 past the cliff.
 
     Args:
@@ -31,12 +32,12 @@ def log_softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) ->
       An array of the shape and dtype of `x`.
     """
     x = _checks.check_float(x, "x")
-    axis = _checks.check_axis(x, axis, "x")
+    axes = _checks.check_axis(x, axis, "x")
     where = _checks.check_mask(where, x.shape)
-    return jax.nn.log_softmax(x, axis=axis, where=where)
+    return jax.nn.log_softmax(x, axis=axes, where=where)
 
 
-def softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax.Array:
+def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
     """`jax.nn.softmax`: its backward pass zeroes the dominant entry's gradient past the cliff.
 
     Args:
@@ -48,13 +49,13 @@ def softmax(x: ArrayLike, axis: int = -1, where: ArrayLike | None = None) -> jax
       Probabilities of the shape and dtype of `x`.
     """
     x = _checks.check_float(x, "x")
-    axis = _checks.check_axis(x, axis, "x")
+    axes = _checks.check_axis(x, axis, "x")
     where = _checks.check_mask(where, x.shape)
-    return jax.nn.softmax(x, axis=axis, where=where)
+    return jax.nn.softmax(x, axis=axes, where=where)
 
 
 def cross_entropy(
-    logits: ArrayLike, labels: ArrayLike, axis: int = -1, where: ArrayLike | None = None
+    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
 ) -> jax.Array:
     """optax's integer-label cross-entropy: logsumexp(z) - z_t.
 
@@ -83,7 +84,7 @@ def cross_entropy(
 def soft_target_cross_entropy(
     student_logits: ArrayLike,
     teacher_logits: ArrayLike,
-    axis: int = -1,
+    axis: Axis = -1,
     temperature: ArrayLike = 1.0,
 ) -> jax.Array:
     """optax's soft-target cross-entropy with p = softmax(z_T / T): -sum p log_softmax(z_S / T).

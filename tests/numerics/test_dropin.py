@@ -1,0 +1,343 @@
+"""`numerics` as a drop-in for optax and jax.nn (issue 19).
+
+Forward-mode autodiff, empty class axes, tuple and None axes, masks and padded
+batches read as optax reads them, and residual memory under `jax.grad`. The
+remaining deliberate differences are listed in docs/compat.md.
+"""
+
+import contextlib
+import functools
+import io
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.ad_checkpoint import print_saved_residuals
+from jax.test_util import check_grads
+
+import numerics
+from tests.tolerances import BF16, F16, F32, F64
+
+Z = np.array([[0.3, -1.2, 2.0, 0.5], [1.5, 0.25, -0.75, 1.0]])  # well-conditioned rows
+T = np.array([2, 0])
+TEACHER = np.array([[0.1, -0.4, 1.5, 0.2], [0.9, 0.6, -1.0, 0.4]])
+
+
+def _ce(z):
+    return numerics.cross_entropy(z, T)
+
+
+def _soft(z):
+    return numerics.soft_target_cross_entropy(z, TEACHER.astype(z.dtype))
+
+
+def _soft_both(z):
+    # The teacher differentiated too: z holds both logit arrays side by side.
+    return numerics.soft_target_cross_entropy(z[:, :4], z[:, 4:])
+
+
+def _zero_sum(z):
+    return numerics.zero_sum_cross_entropy(z, T)
+
+
+# Each fixed function and the jax.nn / optax function it stands in for.
+PAIRS = {
+    "cross_entropy": (_ce, lambda z: optax.softmax_cross_entropy_with_integer_labels(z, T)),
+    "soft_target": (
+        _soft,
+        lambda z: optax.softmax_cross_entropy(z, jax.nn.softmax(TEACHER.astype(z.dtype))),
+    ),
+    "log_softmax": (numerics.log_softmax, jax.nn.log_softmax),
+    "softmax": (numerics.softmax, jax.nn.softmax),
+}
+FORWARD_MODE = [_ce, _soft, _soft_both, numerics.log_softmax, numerics.softmax, _zero_sum]
+
+
+def _weighted(fn):
+    """A scalar with a non-trivial Hessian: a fixed weighting of every output (the plain
+    sum of a softmax is constant)."""
+
+    def scalar(z):
+        out = fn(z)
+        weights = jnp.cos(jnp.arange(out.size, dtype=out.dtype)).reshape(out.shape)
+        return jnp.sum(out * weights)
+
+    return scalar
+
+
+def _inputs(fn, dtype):
+    z = np.concatenate([Z, TEACHER], axis=1) if fn is _soft_both else Z
+    return jnp.asarray(z, dtype)
+
+
+# -- 1. forward mode ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_jvp_jacfwd_and_hessian_agree_with_the_peers(name):
+    ours, theirs = PAIRS[name]
+    z = jnp.asarray(Z, F64)
+    dz = jnp.asarray(np.cos(np.arange(Z.size)).reshape(Z.shape), F64)
+    close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-14)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def derivatives(f, z, dz):
+        return (
+            jax.jvp(f, (z,), (dz,))[1],
+            jax.jacfwd(f)(z),
+            jax.hessian(_weighted(f))(z),
+            # Forward over reverse: a Hessian-vector product.
+            jax.jvp(jax.grad(_weighted(f)), (z,), (dz,))[1],
+        )
+
+    for got, want in zip(derivatives(ours, z, dz), derivatives(theirs, z, dz), strict=True):
+        close(got, want)
+    close(jax.jit(jax.jacrev(ours))(z), jax.jit(jax.jacfwd(ours))(z))
+
+
+# Finite-difference step per dtype: large enough that rounding f(z +- eps v) in the
+# dtype stays below the check's tolerance (jax's own per-dtype gradient tolerance:
+# 1e-5 f64, 2e-3 f32), small enough for the truncation error.
+FD_EPS = {F64: 1e-4, F32: 3e-2}
+
+
+def _matrix(dtypes, default):
+    """Every (function, dtype) pair; all but the `default` ones are marked slow."""
+    return [
+        pytest.param(
+            fn,
+            dtype,
+            marks=() if (fn, dtype) in default else pytest.mark.slow,
+            id=f"{fn.__name__}-{np.dtype(dtype).name}",
+        )
+        for fn in FORWARD_MODE
+        for dtype in dtypes
+    ]
+
+
+@pytest.mark.parametrize(("fn", "dtype"), _matrix([F64, F32], {(_ce, F64), (_soft_both, F32)}))
+def test_check_grads_to_order_two_in_both_modes(fn, dtype):
+    # jit: each derivative compiles once instead of dispatching op by op.
+    check_grads(
+        jax.jit(fn), (_inputs(fn, dtype),), order=2, modes=("fwd", "rev"), eps=FD_EPS[dtype]
+    )
+
+
+# Finite differences in 8 or 11 significand bits cannot meet both bounds at once:
+# with jax's f16 tolerance (1e-2), a step of 1e-1 failed one reverse-over-reverse
+# check of the soft target and a step of 5e-2 one forward-then-reverse check of
+# log_softmax, by the rounding of f(z +- eps v) in f16 (the first passes at the
+# same step in f64; both derivatives pass the float64 comparison below). So the
+# 16-bit types are held to the float64 derivatives of the same inputs instead, a
+# sharper check: first order within 8 ulps of the largest entry, second order
+# (one more product and sum of rounded terms) within 16.
+@pytest.mark.parametrize(("fn", "dtype"), _matrix([BF16, F16], {(_ce, BF16), (_soft_both, F16)}))
+def test_sixteen_bit_derivatives_match_float64(fn, dtype):
+    z = _inputs(fn, dtype)
+    exact_z = z.astype(F64)
+    dz = jnp.asarray(np.sin(np.arange(z.size)).reshape(z.shape), dtype)
+
+    scalar = _weighted(fn)
+
+    @jax.jit
+    def derivatives(z, dz):
+        return (
+            jax.jvp(fn, (z,), (dz,))[1],
+            jax.grad(scalar)(z),
+            jax.jvp(jax.grad(scalar), (z,), (dz,))[1],  # forward over reverse
+            jax.grad(lambda z: jax.jvp(scalar, (z,), (dz,))[1])(z),  # reverse over forward
+        )
+
+    eps = float(jnp.finfo(dtype).eps)
+    for order, got, want in zip(
+        [1, 1, 2, 2], derivatives(z, dz), derivatives(exact_z, dz.astype(F64)), strict=True
+    ):
+        got, want = np.asarray(got, F64), np.asarray(want)
+        tol = (8 if order == 1 else 16) * eps * max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+
+
+# -- 2. empty class axes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0)])
+@pytest.mark.parametrize("fn", [numerics.log_softmax, numerics.softmax])
+def test_empty_class_axis_gives_an_empty_array(fn, shape):
+    z = jnp.zeros(shape)
+    for f in (fn, jax.jit(fn)):
+        out = f(z)
+        assert out.shape == shape and out.dtype == z.dtype
+    assert jax.grad(lambda z: fn(z).sum())(z).shape == shape
+
+
+def test_cross_entropy_with_no_classes():
+    # No label can be valid: concrete labels are refused, traced ones give NaN.
+    with pytest.raises(ValueError, match=r"\[0, 0\)"):
+        numerics.cross_entropy(jnp.zeros((2, 0)), jnp.zeros((2,), jnp.int32))
+    out = jax.jit(numerics.cross_entropy)(jnp.zeros((2, 0)), jnp.zeros((2,), jnp.int32))
+    assert out.shape == (2,) and np.all(np.isnan(out))
+    assert numerics.cross_entropy(jnp.zeros((0, 0)), jnp.zeros((0,), jnp.int32)).shape == (0,)
+
+
+# -- 3. tuple and None axes -------------------------------------------------------------
+
+
+X = np.linspace(-2.0, 3.0, 2 * 3 * 4).reshape(2, 3, 4) ** 2 / 3
+
+
+@pytest.mark.parametrize("axis", [(1, 2), (2, 0), (-1,), None])
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [(numerics.log_softmax, jax.nn.log_softmax), (numerics.softmax, jax.nn.softmax)],
+)
+def test_tuple_and_none_axes_normalise_over_all_of_them(ours, theirs, axis):
+    x = jnp.asarray(X, F32)
+    keep = jnp.asarray(np.arange(X.size).reshape(X.shape) % 5 != 0)
+    for where in (None, keep):
+        np.testing.assert_allclose(
+            ours(x, axis=axis, where=where), theirs(x, axis=axis, where=where), rtol=1e-6
+        )
+
+
+def test_tuple_axes_in_the_losses_match_optax():
+    x = jnp.asarray(X, F32)
+    labels = jnp.array([5, 11])  # flat indices into the (3, 4) class slice
+    teacher = x[::-1]
+
+    @jax.jit
+    def both(x):
+        def ours(x):
+            return numerics.cross_entropy(x, labels, axis=(1, 2))
+
+        def theirs(x):
+            return optax.softmax_cross_entropy_with_integer_labels(x, labels, axis=(1, 2))
+
+        return (
+            (ours(x), theirs(x)),
+            (jax.grad(lambda x: ours(x).sum())(x), jax.grad(lambda x: theirs(x).sum())(x)),
+            (
+                numerics.soft_target_cross_entropy(x, teacher, axis=(0, 2)),
+                optax.softmax_cross_entropy(x, jax.nn.softmax(teacher, axis=(0, 2)), axis=(0, 2)),
+            ),
+        )
+
+    losses, grads, soft = both(x)
+    np.testing.assert_allclose(*losses, rtol=1e-6)
+    np.testing.assert_allclose(*grads, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(*soft, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [1.0, "1", [0, 1], True])
+def test_other_axis_types_raise_a_type_error_naming_axis(axis):
+    for call in (
+        lambda: numerics.log_softmax(jnp.zeros((2, 3)), axis=axis),
+        lambda: numerics.cross_entropy(jnp.zeros((2, 3)), jnp.zeros(2, jnp.int32), axis=axis),
+    ):
+        with pytest.raises(TypeError, match="axis"):
+            call()
+    with pytest.raises(ValueError, match="axis"):
+        numerics.softmax(jnp.zeros((2, 3)), axis=(1, -1))
+
+
+# -- 4. masks and padded batches ---------------------------------------------------------
+
+
+def _ce_both(z, labels, where):
+    # (loss, grad of the summed loss) for ours and for optax.
+    def run(f):
+        def loss(z):
+            return f(z, labels, where=where)
+
+        return jax.jit(lambda z: (jax.value_and_grad(lambda z: loss(z).sum())(z), loss(z)))(z)
+
+    return run(numerics.cross_entropy), run(optax.softmax_cross_entropy_with_integer_labels)
+
+
+def _assert_same(ours, theirs):
+    (total, grad), per_row = ours
+    (total_o, grad_o), per_row_o = theirs
+    np.testing.assert_allclose(per_row, per_row_o, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(total, total_o, rtol=1e-6)
+    np.testing.assert_allclose(grad, grad_o, rtol=1e-6, atol=1e-7)
+
+
+def test_a_padding_row_gives_loss_zero_and_zero_gradient():
+    z = jnp.asarray(Z, F32)
+    where = jnp.array([[True] * 4, [False] * 4])
+    ours, theirs = _ce_both(z, T, where)
+    _assert_same(ours, theirs)
+    (total, grad), per_row = ours
+    assert per_row[1] == 0 and np.all(np.asarray(grad[1]) == 0) and np.isfinite(total)
+    # Padding rows' labels are not checked (-1 is a common filler), and the padded
+    # batch's mean is finite under jit too.
+    padded = jnp.array([2, -1])
+    for f in (numerics.cross_entropy, jax.jit(numerics.cross_entropy)):
+        assert f(z, padded, where=where)[1] == 0
+    mean = jax.jit(
+        jax.value_and_grad(lambda z: numerics.cross_entropy(z, padded, where=where).mean())
+    )
+    loss, grad = mean(z)
+    assert np.isfinite(loss) and np.all(np.asarray(grad[1]) == 0) and np.all(np.isfinite(grad))
+
+
+def test_a_masked_out_target_matches_optax():
+    z = jnp.asarray(Z, F32)
+    where = jnp.array([[True, True, False, True], [True, False, True, True]])  # row 0's target out
+    _assert_same(*_ce_both(z, T, where))
+
+
+def test_a_per_example_mask_is_read_as_optax_reads_it():
+    # K == batch size: a per-example mask must not be broadcast along the classes.
+    z = jnp.asarray(np.arange(16.0).reshape(4, 4) % 5, F32)
+    labels = jnp.array([0, 3, 1, 2])
+    where = jnp.array([True, False, True, True])
+    _assert_same(*_ce_both(z, labels, where))
+
+
+def test_a_mask_of_an_ambiguous_rank_is_refused():
+    with pytest.raises(ValueError, match="where"):
+        numerics.cross_entropy(
+            jnp.zeros((2, 3, 4)), jnp.zeros((2, 3), jnp.int32), where=jnp.ones(4, bool)
+        )
+
+
+# -- 5. residual memory -------------------------------------------------------------------
+
+
+def _residual_bytes(f, *args):
+    """Bytes of what `jax.grad(f)` keeps for the backward pass, as jax prints them."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print_saved_residuals(f, *args)
+    total = 0
+    for dtype, dims in re.findall(r"^(\w+)\[([\d,]*)\]", printed.getvalue(), re.M):
+        itemsize = 1 if dtype == "bool" else int(re.sub(r"\D", "", dtype)) // 8
+        total += itemsize * int(np.prod([int(d) for d in dims.split(",") if d]))
+    return total
+
+
+BIG_Z = np.resize(Z, (64, 1000)).astype(F32)
+BIG_T = np.arange(64) % 1000
+BIG_TEACHER = BIG_Z[::-1]
+BIG_PAIRS = {
+    "cross_entropy": (
+        lambda z: numerics.cross_entropy(z, BIG_T),
+        lambda z: optax.softmax_cross_entropy_with_integer_labels(z, BIG_T),
+    ),
+    "soft_target": (
+        lambda z: numerics.soft_target_cross_entropy(z, BIG_TEACHER),
+        lambda z: optax.softmax_cross_entropy(z, jax.nn.softmax(BIG_TEACHER)),
+    ),
+    "log_softmax": (numerics.log_softmax, jax.nn.log_softmax),
+    "softmax": (numerics.softmax, jax.nn.softmax),
+}
+
+
+@pytest.mark.parametrize("name", list(BIG_PAIRS))
+def test_residuals_are_at_most_one_and_a_half_times_the_peers(name):
+    ours, theirs = BIG_PAIRS[name]
+    z = jnp.asarray(BIG_Z)
+    assert _residual_bytes(_weighted(ours), z) <= 1.5 * _residual_bytes(_weighted(theirs), z)
