@@ -47,8 +47,11 @@ __all__ = [
     "split_override",
 ]
 
-CONFIG_VERSION = 1
-"""Bumped when the engine's numbers or stored metrics change meaning; part of the run hash."""
+CONFIG_VERSION = 2
+"""Bumped when the engine's numbers or stored metrics change meaning; part of the run hash.
+
+2: LaProp clips g / sqrt(v_hat) to its exact bound (eps = 0 no longer gives inf).
+"""
 
 LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
 """Loss variants: numerics.cross_entropy, numerics.standard.cross_entropy, and the baselines.
