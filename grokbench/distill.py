@@ -95,7 +95,7 @@ DISTILL_METRICS: tuple[str, ...] = (
 )
 """Metrics recorded at every step of a distillation run (see the module docstring)."""
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 """Bumped when a distillation summary's fields change: stored summaries are then rebuilt."""
 
 # The teacher shares everything that defines the function it computes with its student.
@@ -268,17 +268,22 @@ def train(
         step = np.arange(cfg.steps, dtype=np.int64)
         metrics = {"step": step, "test_step": step, **columns}
         params = jax.tree.map(lambda x, r=r: np.asarray(x[r]), final)
-        outputs.append(engine.RunOutput(c, metrics, seconds, params))
+        outputs.append(engine.RunOutput(c, metrics, seconds, params, jax.default_backend()))
     return outputs
 
 
-def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float) -> dict:
+def summarize(
+    cfg: RunConfig,
+    metrics: Mapping[str, np.ndarray],
+    seconds: float,
+    backend: str | None = None,
+) -> dict:
     """A distillation run's `summary.json`: the usual keys plus the KL and drift numbers.
 
     `max_train_loss_after_memorization` and `spikes` are None: the student starts memorized
     and the slingshot rule does not apply. `residual_gradient` is `logit_grad_max` at step 0
     (z_S = z_T exactly); `teacher_test_accuracy` the test accuracy at step 0, in the run's
-    precision.
+    precision. `backend` and `matmul_precision` as in `slingshot.summarize`.
     """
     kl, dist, test_acc = metrics["kl"], metrics["param_distance"], metrics["test_acc"]
     return {
@@ -300,6 +305,8 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
         "min_test_accuracy": finite_or_none(np.min(test_acc)),
         "teacher_test_accuracy": finite_or_none(test_acc[0]),
         "adam_step_initial": finite_or_none(metrics["adam_step"][0]),
+        "backend": backend,
+        "matmul_precision": get_precision(cfg.precision).matmul_precision,
         "summary_version": SUMMARY_VERSION,
     }
 
@@ -327,7 +334,7 @@ def train_teachers(
                 fast=fast,
                 on_chunk=console.advance(bar, len(group)),
             ):
-                summary = slingshot.summarize(out.config, out.metrics, out.seconds)
+                summary = slingshot.summarize(out.config, out.metrics, out.seconds, out.backend)
                 store.save(out.config, out.metrics, summary, params=out.params)
     teachers = {cfg: store.load_params(cfg) for cfg in unique}
     lost = [store.run_dir(cfg) for cfg, params in teachers.items() if params is None]
@@ -365,7 +372,7 @@ def run_students(
                 on_chunk=console.advance(bar, len(group)),
             )
             for out in outputs:
-                summary = summarize(out.config, out.metrics, out.seconds)
+                summary = summarize(out.config, out.metrics, out.seconds, out.backend)
                 store.save(out.config, out.metrics, summary)
                 summaries[out.config] = summary
     return summaries

@@ -71,6 +71,7 @@ class RunOutput:
     metrics: dict[str, np.ndarray]
     seconds: float
     params: dict[str, np.ndarray] | None = None  # final parameters (a distillation teacher's)
+    backend: str | None = None  # `jax.default_backend()` where it trained (None: not known)
 
 
 class Data(NamedTuple):
@@ -115,11 +116,17 @@ def direction_tx(cfg: RunConfig, h: Hyper) -> optax.GradientTransformation:
 
 def build_forward(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Any, Callable]:
     """(model, forward): `cfg`'s model, and forward(params, x) -> logits in `policy`'s
-    compute dtype (parameters cast from their storage dtype first)."""
+    compute dtype (parameters cast from their storage dtype first).
+
+    The model is traced under `jax.default_matmul_precision(policy.matmul_precision)`:
+    every dot of an fp32 or fp64 run carries precision HIGHEST in the jitted program (and
+    so do their transposes in the backward pass), whatever the backend's default.
+    """
     model = build_model(cfg.model_config(), fast=fast)
 
     def forward(params: Any, x: jax.Array) -> jax.Array:
-        return model.apply(policy.cast_to_compute(params), x)
+        with jax.default_matmul_precision(policy.matmul_precision):
+            return model.apply(policy.cast_to_compute(params), x)
 
     return model, forward
 
@@ -317,6 +324,7 @@ def train(
             _columns(chunks, r, cfg.eval_every),
             seconds,
             jax.tree.map(lambda x, r=r: np.asarray(x[r]), final),
+            jax.default_backend(),
         )
         for r, c in enumerate(configs)
     ]

@@ -5,6 +5,8 @@ share a compiled program do (module-scoped fixtures).
 """
 
 import dataclasses
+import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -13,10 +15,11 @@ import optax
 import pytest
 
 import numerics
-from grokbench import engine, metrics
+from grokbench import engine, experiment, metrics
 from grokbench.config import RunConfig
 from grokbench.optimizers import adamw
 from grokbench.precision import precision_scope
+from grokbench.store import Store
 from tasks import build_model, modular_split
 
 TINY = RunConfig(p=7, d_model=8, n_heads=2, steps=20, eval_every=10)
@@ -191,3 +194,34 @@ def test_chunk_evals():
     assert engine.chunk_evals(7, 1000, 100) == 7
     assert engine.chunk_evals(7, 500, 100) == 1
     assert engine.chunk_evals(12, 1000, 100) == 6
+
+
+def _chunk_jaxpr(cfg: RunConfig) -> str:
+    """The jaxpr of `cfg`'s jitted chunk (one batch of one run), as text."""
+    with precision_scope(cfg.precision):
+        batch = engine.prepare([cfg], shard=False)
+        run = batch.run_chunk
+        return str(
+            jax.make_jaxpr(lambda s: run(s, batch.hyper, batch.data, batch.n_blocks))(batch.state)
+        )
+
+
+@pytest.mark.parametrize(
+    ("precision", "pinned"), [("fp32", True), ("fp64", True), ("fp32/bf16", False)]
+)
+def test_matmul_precision_is_pinned_in_the_jitted_chunk(precision, pinned):
+    """fp32/fp64 runs: every dot of the training program (forward and backward) is HIGHEST,
+    not the backend's default (TF32 on NVIDIA GPUs, bf16 passes on TPUs)."""
+    text = _chunk_jaxpr(dataclasses.replace(TINY, steps=2, eval_every=2, precision=precision))
+    dots = text.count("dot_general[")
+    highest = text.count("precision=(Precision.HIGHEST, Precision.HIGHEST)")
+    assert dots > 10
+    assert highest == (dots if pinned else 0)
+
+
+def test_summary_records_backend_and_matmul_precision(tmp_path):
+    cfg = dataclasses.replace(TINY, steps=2, eval_every=2)
+    (summary,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
+    stored = json.loads((pathlib.Path(summary["run_dir"]) / "summary.json").read_text())
+    assert stored["backend"] == jax.default_backend()
+    assert stored["matmul_precision"] == "highest"
