@@ -58,9 +58,10 @@ from grokbench.engine import (
     Data,
     build_forward,
     check_batch,
+    data_axis,
     direction_tx,
-    load_data,
-    shard_runs,
+    load_batch_data,
+    shard_batch,
     stack_hyper,
     static_config,
     stream_chunks,
@@ -104,11 +105,13 @@ _TEACHER_FIELDS = (
     "p",
     "train_fraction",
     "split_seed",
+    "split",
     "model",
     "d_model",
     "n_heads",
     "d_mlp",
     "layer_norm",
+    "init",
     "mlp_width",
     "activation",
     "seed",
@@ -217,8 +220,9 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
 def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, chunk_one = _build(static, get_precision(static.precision), fast)
-    init = jax.jit(jax.vmap(init_one, in_axes=(0, 0, None)))
-    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, 0, 0, None, None)), static_argnums=4)
+    axis = data_axis(static)
+    init = jax.jit(jax.vmap(init_one, in_axes=(0, 0, axis)))
+    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, 0, 0, axis, None)), static_argnums=4)
     return init, chunk
 
 
@@ -245,9 +249,9 @@ def train(
     start = time.perf_counter()
     # x64 on for every precision: the metrics are float64; the student keeps its own dtypes.
     with jax.enable_x64(True):
-        data = load_data(cfg)
+        data = load_batch_data(configs)
         stacked = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *teachers)
-        (stacked, hyper), _ = shard_runs((stacked, stack_hyper(configs)))
+        (stacked, hyper), data = shard_batch((stacked, stack_hyper(configs)), data, data_axis(cfg))
         init, run_chunk = _compiled(static_config(cfg), fast)
         state, anchor = init(stacked, hyper, data)
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)

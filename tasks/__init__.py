@@ -44,6 +44,7 @@ from tasks._quant_models import quant_model_init as quant_model_init
 from tasks._quant_models import weight_names as weight_names
 from tasks._quant_probe import make_quant_probe as make_quant_probe
 from tasks._quant_probe import quant_tap_names as quant_tap_names
+from tasks._transformer import INITS as INITS
 from tasks._transformer import TransformerConfig as TransformerConfig
 from tasks._transformer import transformer_apply as transformer_apply
 from tasks._transformer import transformer_apply_fast as transformer_apply_fast
