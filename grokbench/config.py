@@ -49,10 +49,11 @@ __all__ = [
     "split_override",
 ]
 
-CONFIG_VERSION = 2
+CONFIG_VERSION = 3
 """Bumped when the engine's numbers or stored metrics change meaning; part of the run hash.
 
 2: LaProp clips g / sqrt(v_hat) to its exact bound (eps = 0 no longer gives inf).
+3: `split` defaults to per_seed (a new train/test split per run seed; grokbench/recipes.py).
 """
 
 LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
@@ -77,7 +78,9 @@ ADDED_FIELDS: tuple[str, ...] = (
 """Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
 out of `identity` and the hash, so adding a field does not orphan the runs already stored.
 A new field goes here (with a default that reproduces the old behaviour), not into a bump of
-`CONFIG_VERSION`."""
+`CONFIG_VERSION`. A later change of such a default comes with a bump (as `split`'s, to
+per_seed, at version 3): a config stored before the field existed lacks the key and would
+read back with the new default, and only the bump keeps the old run from answering for it."""
 
 SPLITS: tuple[str, ...] = ("fixed", "per_seed")
 """How a run's train/test split is drawn: 'fixed' from `split_seed` for every run seed, or
@@ -101,7 +104,7 @@ class RunConfig:
     p: int = 31  # a+b mod 31: 961 pairs
     train_fraction: float = 0.5  # Varma et al.'s 50% split: 480 training examples at p = 31
     split_seed: int = 0  # the split's seed when split=fixed (the same split for every run seed)
-    split: str = "fixed"  # one of SPLITS: fixed (split_seed) or per_seed (the run's seed)
+    split: str = "per_seed"  # one of SPLITS: a new split per run seed (Nanda's, Prieto's trainers)
     # Model.
     model: str = "transformer"  # the 1-layer ReLU transformer of the papers
     d_model: int = 64  # Varma et al.'s width-64 model (Nanda et al.: 128)
@@ -142,16 +145,16 @@ class RunConfig:
         _check_choice("split", self.split, SPLITS)
         _check_choice("init", self.init, INITS)
         require(
-            self.split == "fixed" or self.split_seed == 0,
-            f"split_seed applies to split=fixed only (split=per_seed draws the split from "
-            f"the run's seed); got split_seed={self.split_seed}",
-        )
-        require(
             self.model == "transformer" or (self.init == "nanda" and not self.eq_output),
             "init and eq_output apply to model=transformer only",
         )
         require(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
         require(self.split_seed >= 0, f"split_seed must be >= 0, got {self.split_seed}")
+        require(
+            self.split == "fixed" or self.split_seed == 0,
+            f"split_seed applies to split=fixed only (split=per_seed draws the split from "
+            f"the run's seed); got split_seed={self.split_seed}",
+        )
         require(self.mlp_width >= 1, f"mlp_width must be >= 1, got {self.mlp_width}")
         try:
             # One name per policy ('bfloat16' and 'bf16/bf16' are 'bf16'): one hash per run.

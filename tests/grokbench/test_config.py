@@ -48,6 +48,8 @@ def test_defaults_are_the_reference_config():
     assert (cfg.task, cfg.p, cfg.train_fraction, cfg.d_model) == ("a+b", 31, 0.5, 64)
     assert (cfg.optimizer, cfg.lr, cfg.b1, cfg.b2, cfg.eps) == ("adamw", 1e-3, 0.9, 0.98, 1e-8)
     assert (cfg.weight_decay, cfg.precision, cfg.steps) == (1.0, "fp32", 10_000)
+    # The unstated choices, as the reference trainers make them (grokbench/recipes.py).
+    assert (cfg.split, cfg.init, cfg.warmup_steps, cfg.eq_output) == ("per_seed", "nanda", 0, False)
 
 
 @pytest.mark.parametrize("key", CONTRACT_KEYS)
@@ -205,6 +207,6 @@ def test_unknown_recipe():
 
 
 def test_per_seed_split_follows_the_run_seed():
-    fixed = [RunConfig(seed=s).modular_task().split_seed for s in range(3)]
+    fixed = [RunConfig(split="fixed", seed=s).modular_task().split_seed for s in range(3)]
     per_seed = [RunConfig(split="per_seed", seed=s).modular_task().split_seed for s in range(3)]
     assert fixed == [0, 0, 0] and per_seed == [0, 1, 2]

@@ -239,7 +239,7 @@ def test_per_seed_split_batch_equals_individual_runs():
             out.metrics["train_loss"], single.metrics["train_loss"], rtol=2e-5, atol=1e-7
         )
     # Seed 0's split is split_seed 0's: the run of split=fixed (to the batch's rounding).
-    (fixed,) = engine.train([dataclasses.replace(TINY, seed=0)], progress=False)
+    (fixed,) = engine.train([dataclasses.replace(TINY, seed=0, split="fixed")], progress=False)
     np.testing.assert_allclose(
         batched[0].metrics["train_loss"], fixed.metrics["train_loss"], rtol=2e-5, atol=1e-7
     )
