@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from figures import build, report
+from figures import build, report, setup_study
 from figures._common import Context
 from grokbench import cli, engine, metrics
 from grokbench.store import Store
@@ -244,3 +244,24 @@ def test_full_scale_claims_evaluate_on_fake_runs(tmp_path, fake_engine):
     assert {r.status for r in rows} <= {"holds", "fails", "not tested"}
     spikes = next(r for r in rows if r.claim.startswith("standard CE's spikes launch"))
     assert "spikes" in spikes.ours  # the fake standard runs spike: their launch margins
+
+
+def test_setup_study_figure_and_table(tmp_path, fake_engine):
+    written = _build(tmp_path, ["setup_study"])
+    assert [p.name for p in written["setup_study"]] == [
+        "setup_study.png",
+        "setup_study.pdf",
+        "setup_study.md",
+    ]
+    md = (tmp_path / "setup_study.md").read_text()
+    # Every setting of the study (--quick: fixed CE only); the fake runs reach 99 % at their
+    # last evaluation.
+    for label in setup_study.setting_labels():
+        assert f"| {label} | fixed | 2/2 (by 100) | 100 |" in md
+    assert "| standard |" not in md
+
+
+def test_setup_study_median_counts_non_grokking_runs_as_late():
+    assert setup_study.median_grok([100, 300, None]) == 300
+    assert setup_study.median_grok([100, None, None]) is None
+    assert setup_study.median_grok([100, 200, 300, None]) == 250
