@@ -12,6 +12,8 @@ CE <= 1.5x the standard formula.
 from __future__ import annotations
 
 import argparse
+import json
+import pathlib
 import statistics
 import time
 
@@ -67,14 +69,20 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=32768)
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
+    parser.add_argument(
+        "--json",
+        type=pathlib.Path,
+        help="also write {'device': kind, dtype: {function: median s}} here",
+    )
     args = parser.parse_args()
+    medians = {}
     print(
         f"value_and_grad of the summed loss on ({args.rows}, {args.classes}) logits, "
         f"median of {args.reps} interleaved runs; {jax.devices()[0].device_kind}"
     )
     print(f"{'dtype':<9} {'function':<17} {'median ms':>10} {'ratio':>7}")
     for dtype in args.dtypes:
-        med = _bench(args.rows, args.classes, args.reps, jnp.dtype(dtype))
+        med = medians[dtype] = _bench(args.rows, args.classes, args.reps, jnp.dtype(dtype))
         base = {
             "optax CE": med["optax CE"],
             "fixed CE": med["optax CE"],
@@ -83,6 +91,9 @@ def main() -> None:
         }
         for name, t in med.items():
             print(f"{dtype:<9} {name:<17} {1e3 * t:>10.1f} {t / base[name]:>7.3f}")
+    if args.json:
+        device = jax.devices()[0].device_kind
+        args.json.write_text(json.dumps({"device": device, **medians}, indent=1))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ import numpy as np
 
 import numerics
 from figures._common import LOSS_COLORS, Context, mark_cliffs, new_figure, save
-from figures.fig1 import target_gradients
+from figures.claims import Evidence, Row, claim_row
+from figures.fig1 import cliff_row, target_gradients
+from figures.paper import CLIFFS, EQUILIBRIUM_1E8
 
-NAMES = ("fig3",)
 EPS = 1e-8
 _DTYPES = (("bf16", ml_dtypes.bfloat16, ":"), ("fp32", np.float32, "-"))
 
@@ -67,3 +68,27 @@ def draw(ctx: Context) -> list:
     ax.set_title("normalized Adam step, eps = 1e-8")
     ax.legend(loc="lower left")
     return save(fig, ctx, "fig3")
+
+
+def claims(evidence: Evidence) -> list[Row]:
+    """Fig. 3 (analytic: no runs): where the normalized step halves, and where it drops to 0."""
+    del evidence  # analytic
+    m = np.linspace(0.0, 30.0, 30001)
+    half = float(m[np.argmax(normalized_steps(np.float32, m)["fixed"] < 0.5)])
+    rows = [
+        claim_row(
+            claim="fixed CE's normalized Adam step (fp32, eps 1e-8) decays around log(1/eps)",
+            source=EQUILIBRIUM_1E8.where,
+            paper=EQUILIBRIUM_1E8.stated,
+            ours=f"step < 1/2 from m = {half:.2f}",
+            tolerance=EQUILIBRIUM_1E8.tolerance,
+            ok=EQUILIBRIUM_1E8.holds(half),
+        )
+    ]
+    for name, dtype, _ in _DTYPES:
+        s = normalized_steps(dtype, m)
+        zero = float(s["m"][np.argmax(s["standard"] == 0)])
+        first = float(dtype(zero))  # the grid is the dtype's: the first of its values at 0
+        claim = f"standard CE's normalized step drops to 0 at the cliff ({name}, eps 1e-8)"
+        rows.append(cliff_row(claim, CLIFFS[name], dtype, first, "step"))
+    return rows

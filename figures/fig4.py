@@ -12,13 +12,13 @@ rule and the table are `grokbench equilibrium`'s (grokbench.equilibrium).
 from __future__ import annotations
 
 import matplotlib as mpl
+import numpy as np
 
 import numerics
+from figures import paper
 from figures._common import CLIFF_STYLE, Context, new_figure, save, select
+from figures.claims import Evidence, Row, claim_row
 from grokbench import equilibrium
-
-NAMES = ("fig4",)
-RECIPES = ("fig4",)
 
 
 def draw(ctx: Context) -> list:
@@ -78,3 +78,89 @@ def run_rows(runs) -> list[dict]:
 def groups(runs) -> list[dict]:
     """`grokbench equilibrium`'s group rows (one per eps and weight decay) for `runs`."""
     return equilibrium.group_rows(run_rows(runs))
+
+
+# --- the report's claims (Fig. 4, Sec. 5) -----------------------------------------------------
+
+EPS = (1e-4, 1e-8, 1e-12, 1e-16, 1e-24)
+"""The fig4 recipe's eps > 0 (the paper's Fig. 4 spans these)."""
+
+
+def claims(evidence: Evidence) -> list[Row]:
+    """Plateaus at log(1/eps) with lambda 1, eps = 0 up to underflow, overshoot with lambda 0."""
+    runs = evidence.runs("fig4", full=True)
+    why = evidence.why("fig4", full=True)
+    by = {(g["eps"], g["weight_decay"]): g for g in groups(runs)} if runs else {}
+    peaks = (
+        [
+            r["peak"]
+            for r in run_rows(runs)
+            if r["config"]["eps"] == 0 and r["config"]["weight_decay"] > 0
+        ]
+        if runs
+        else []
+    )
+    n = paper.FIG4_UNDERFLOW
+    rows = [
+        claim_row(
+            claim="eps = 0 (lambda 1): the margin grows until fp32 gradients underflow",
+            source=n.where,
+            paper=n.stated,
+            ours=lambda: "largest margin per seed " + ", ".join(f"{x:.1f}" for x in peaks),
+            tolerance=f"mean {n.tolerance}",
+            ok=None if not peaks else n.holds(float(np.mean(peaks))),
+            why=why,
+        )
+    ]
+    for wd in (1.0, 0.0):
+        for eps in EPS:
+            g = by.get((eps, wd))
+            predicted = numerics.equilibrium_margin(eps)
+            shown = (
+                "-"
+                if g is None or g["measured_mean"] is None
+                else (
+                    f"{g['measured_mean']:.2f} +- {g['measured_std']:.2f} "
+                    f"({g['plateaued']:.0%} of {g['n']} plateaued)"
+                )
+            )
+            if wd:
+                number = paper.margin(
+                    predicted,
+                    f"levels off at log(1/eps) = {predicted:.2f}",
+                    f"{paper.FIX}, Fig. 4a, Eq. 11",
+                )
+                rows.append(
+                    claim_row(
+                        claim=f"plateau margin = log(1/eps), eps {eps:g}, lambda 1",
+                        source=number.where,
+                        paper=number.stated,
+                        ours=shown,
+                        tolerance=f"{number.tolerance}; every run plateaued",
+                        ok=None
+                        if g is None
+                        else lambda g=g, number=number: (
+                            g["measured_mean"] is not None
+                            and g["plateaued"] == 1.0
+                            and number.holds(g["measured_mean"])
+                        ),
+                        why=why,
+                    )
+                )
+            else:
+                rows.append(
+                    claim_row(
+                        claim=f"without weight decay the margin overshoots log(1/eps), eps {eps:g}",
+                        source=f"{paper.FIX}, Fig. 4b",
+                        paper=f"> {predicted:.2f}",
+                        ours=shown,
+                        tolerance="mean above the prediction",
+                        ok=None
+                        if g is None
+                        else lambda g=g, predicted=predicted: (
+                            g["measured_mean"] is not None and g["measured_mean"] > predicted
+                        ),
+                        why=why,
+                    )
+                )
+    return rows

@@ -178,7 +178,6 @@ def test_variants_train(cfg):
     _check_trains(cfg)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["stablemax", "zero_sum"])
 def test_baseline_losses_train(loss):
     _check_trains(dataclasses.replace(TINY, loss=loss))

@@ -111,17 +111,10 @@ def test_bad_inputs_raise_clear_errors():
 def test_out_of_range_labels_under_jit_give_nan():
     z = jnp.zeros((3, 4))
     labels = jnp.array([0, 4, -1])
-    loss, grad = (
-        jax.jit(jax.value_and_grad(lambda z, t: numerics.cross_entropy(z, t).sum(), has_aux=False))(
-            z, labels
-        ),
-        None,
-    )
     per_row = jax.jit(numerics.cross_entropy)(z, labels)
     assert np.isfinite(per_row[0]) and np.isnan(per_row[1]) and np.isnan(per_row[2])
     grads = jax.jit(jax.grad(lambda z, t: numerics.cross_entropy(z, t).sum()))(z, labels)
     assert np.all(np.isfinite(grads[0])) and np.all(np.isnan(grads[1:]))
-    del loss, grad
 
 
 @pytest.mark.parametrize("fn", [numerics.log_softmax, numerics.softmax])
@@ -295,14 +288,13 @@ def test_stablemax_against_oracle():
     z = np.array([[2.0, -1.0, 0.5, -3.0], [100.0, -50.0, 0.0, 1.0]])
     t = np.array([0, 3])
     with jax.enable_x64(True):
-        loss, grad = jax.value_and_grad(
-            lambda z: numerics.stablemax_cross_entropy(z, jnp.asarray(t)).sum()
-        )(jnp.asarray(z))
+        grad = jax.grad(lambda z: numerics.stablemax_cross_entropy(z, jnp.asarray(t)).sum())(
+            jnp.asarray(z)
+        )
         per_row = numerics.stablemax_cross_entropy(jnp.asarray(z), jnp.asarray(t))
     exact_loss, exact_grad = oracle.stablemax_cross_entropy_value_and_grad(z, t)
     np.testing.assert_allclose(per_row, exact_loss, rtol=1e-14)
     np.testing.assert_allclose(grad, exact_grad, rtol=1e-13, atol=1e-16)
-    del loss
 
 
 def test_zero_sum_projection():

@@ -3,12 +3,17 @@
 Inputs are drawn in float64, planted, then rounded to the dtype; the oracle reads
 the rounded values. Bounds come from `tolerances.general_bound`: the table entry
 plus the conditioning every in-dtype implementation inherits (the rounding of
-z_j - z_max amplified by exp, and log2(K) roundings in each sum).
+z_j - z_max amplified by exp, and log2(K) roundings in each sum). The soft-target
+gradient's error is measured in ulps of the gradient itself, so the standard formula's
+cancellation near z_S = z_T fails the test that the fixed one passes.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import numerics
@@ -115,35 +120,76 @@ def test_log_softmax_and_softmax_random_rows(dtype, k, scale, margin):
     )
 
 
+def _standard_soft_target(student, teacher):
+    """The formula users write: optax's soft-label CE on softmax(teacher)."""
+    return optax.softmax_cross_entropy(student, jax.nn.softmax(teacher))
+
+
+@functools.cache  # the fixed and the standard formula's tests share each exact row
+def _soft_target_row(dtype, k, scale, margin, distance):
+    """One planted (student, teacher) row in `dtype` and mpmath's loss and gradient there."""
+    rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000, 2])
+    teacher, _ = _planted(rng, k, scale, margin, dtype)
+    student = (teacher.astype(np.float64) + distance * rng.standard_normal(k)).astype(dtype)
+    exact = oracle.soft_target_cross_entropy_value_and_grad(student, teacher, exact=True)
+    return student, teacher, *exact
+
+
+def _soft_target_case(fn, dtype, k, scale, margin, distance):
+    """fn's soft-target loss and gradient on one planted row, their exact values, and the
+    gradient's error in ulps of the gradient itself (max_k |g_k|, the row's own scale)."""
+    student, teacher, exact_loss, exact_grad = _soft_target_row(
+        np.dtype(dtype), k, scale, margin, distance
+    )
+    with jax.enable_x64(dtype == np.float64):
+        loss, grad = jax.value_and_grad(fn)(jnp.asarray(student), jnp.asarray(teacher))
+    # XLA flushes subnormal results to zero, so up to one smallest-normal of
+    # absolute error is the hardware's, not the formula's.
+    tiny = float(jnp.finfo(dtype).smallest_normal)
+    diff = np.maximum(
+        np.abs(np.asarray(grad, np.float64) - exact_grad.astype(np.float64)) - tiny, 0
+    )
+    size = float(np.abs(exact_grad.astype(np.float64)).max())
+    if size == 0:  # z_S = z_T as the dtype holds them: the gradient must be exactly 0
+        err = np.where(diff > 0, np.inf, 0.0)
+    else:
+        err = diff / float(oracle.ulp(np.asarray(size), dtype))
+    gaps = np.maximum(student.max() - student, teacher.max() - teacher).astype(np.float64)
+    # As for hard targets: the largest entry is minus the sum of the others, so it carries
+    # their e^-gap-weighted conditioning.
+    conditioning = gaps.copy()
+    top = int(np.argmin(gaps))
+    conditioning[top] = max(gaps[top], _weighted_gap(gaps, top))
+    bound = general_bound("grad", dtype, conditioning, k) + 2 * np.log2(k)
+    return loss, exact_loss, err, bound, gaps
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("k", "scale", "margin"), CASES[:-1])
 @pytest.mark.parametrize("distance", [0.0, 1e-6, 1e-2, 1.0])
 def test_soft_target_random_rows(dtype, k, scale, margin, distance):
-    rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000, 2])
-    teacher, _ = _planted(rng, k, scale, margin, dtype)
-    student = (teacher.astype(np.float64) + distance * rng.standard_normal(k)).astype(dtype)
-    with jax.enable_x64(dtype == np.float64):
-        loss, grad = jax.value_and_grad(numerics.soft_target_cross_entropy)(
-            jnp.asarray(student), jnp.asarray(teacher)
-        )
-    exact_loss, exact_grad = oracle.soft_target_cross_entropy_value_and_grad(
-        student, teacher, exact=True
+    loss, exact_loss, err, bound, gaps = _soft_target_case(
+        numerics.soft_target_cross_entropy, dtype, k, scale, margin, distance
     )
-    if distance == 0.0:
-        assert np.all(np.asarray(grad) == 0)  # exactly, not approximately
-    gaps = np.maximum(student.max() - student, teacher.max() - teacher).astype(np.float64)
-    # The gradient q - p is small next to q and p; its error is measured in ulps of
-    # the larger of p_k and q_k, the scale of the numbers it is computed from.
-    scale_of = np.maximum(
-        np.abs(np.asarray(oracle.softmax(student), np.float64)),
-        np.abs(np.asarray(oracle.softmax(teacher), np.float64)),
-    )
-    # XLA flushes subnormal results to zero, so up to one smallest-normal of
-    # absolute error is the hardware's, not the formula's.
-    tiny = float(jnp.finfo(dtype).smallest_normal)
-    diff = np.abs(np.asarray(grad, np.float64) - exact_grad.astype(np.float64))
-    err = np.maximum(diff - tiny, 0) / oracle.ulp(scale_of, dtype)
-    bound = general_bound("grad", dtype, gaps, k) + 2 * np.log2(k)
-    assert np.all(err <= bound), f"grad: {err.max():.1f} ulps of max(p, q)"
+    assert np.all(err <= bound), f"grad: {err.max():.1f} ulps of max_k |g_k|"
     loss_err = oracle.ulp_error(np.atleast_1d(loss), exact_loss, dtype)
     assert loss_err[0] <= general_bound("value", dtype, gaps.max(), k) + np.log2(k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_standard_soft_target_fails_the_gradient_error_test(dtype):
+    """The check above sees Softmax Cancellation: optax's formula fails it near z_S = z_T,
+    on most rows in fp32 and fp64. In 16-bit dtypes a distance of 1e-6 rounds away and most
+    rows round q and p alike, so they cancel exactly; some still do not."""
+    failed = [
+        (k, distance)
+        for k, scale, margin in CASES[:-1]
+        for distance in (0.0, 1e-6)
+        if np.any(
+            np.greater(
+                *_soft_target_case(_standard_soft_target, dtype, k, scale, margin, distance)[2:4]
+            )
+        )
+    ]
+    wide = np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64))
+    assert len(failed) >= (len(CASES[:-1]) if wide else 1), failed

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tasks import (
     QuantModelConfig,
@@ -81,3 +82,37 @@ def _check_quantized_pass_uses_the_static_ranges(setup):
     ce = float(fp["ce_sum"])
     assert abs(float(fine["ce_sum"]) - ce) < 1e-3 * ce
     assert abs(float(coarse["ce_sum"]) - ce) > 1e-3 * ce
+
+
+def test_percentile_estimator_matches_numpy():
+    """The probe's per-batch percentiles are numpy's (linear) quantiles of each tap."""
+    corpus = build_corpus()
+    cfg = QuantModelConfig(
+        family="encoder", vocab_size=corpus.vocab_size, seq_len=8, n_layers=1, d_model=8,
+        n_heads=2,
+    )  # fmt: skip
+    params = quant_model_init(jax.random.key(1), cfg)
+    batch = make_quant_batch(
+        "encoder", corpus.train_ids, np.random.default_rng(1), 2, 8, corpus.vocab_size
+    )
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    names = quant_tap_names(cfg)
+    zeros = {n: jnp.float32(0) for n in names}
+    masks = jnp.asarray(corpus.delimiter_mask()), jnp.asarray(corpus.special_mask())
+    out = make_quant_probe(cfg, percentile=99.0)(
+        params, batch, 0.0, 1.0, zeros, zeros, jnp.float32(8), jnp.asarray(False), zeros, zeros,
+        *masks,
+    )  # fmt: skip
+    seen = {}
+
+    def tap(name, x):
+        seen[name] = np.asarray(x, np.float64).ravel()
+        return x
+
+    quant_model_apply(params, batch["tokens"], batch["segments"], cfg, 0.0, 1.0, tap)
+    assert set(seen) == set(names)
+    for n in names:
+        lo, hi = np.quantile(seen[n], [0.01, 0.99])
+        assert float(out["plo"][n]) == pytest.approx(lo, rel=1e-4, abs=1e-6), n
+        assert float(out["phi"][n]) == pytest.approx(hi, rel=1e-4, abs=1e-6), n
+        assert seen[n].min() <= lo <= hi <= seen[n].max()

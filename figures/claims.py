@@ -1,0 +1,156 @@
+"""What every figure's `claims(evidence)` shares: the row, the evidence, and one verdict rule.
+
+A claim's row says what the paper states (`figures.paper`), what we measured, the
+tolerance, and a status:
+
+- `holds` / `fails`: measured on this build's runs;
+- `not tested`: no measurement, with the reason and the command that makes one. There is
+  no verdict without data: a claim whose measurement is missing (an empty list of runs, a
+  run that lacks a value) is `not tested`, never `holds`.
+
+Each figure module builds its rows with `claim_row`, from data or without it, so a claim that
+cannot be tested appears exactly as it does when tested, only with its reason. Nothing here
+trains: `Evidence` holds what the store already has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from figures._common import Run
+
+__all__ = [
+    "FAILS",
+    "FIGURE_OF",
+    "HOLDS",
+    "NOT_TESTED",
+    "Evidence",
+    "Row",
+    "claim_row",
+    "finite",
+    "mean_std",
+    "pm",
+    "seeds",
+]
+
+HOLDS, FAILS, NOT_TESTED = "holds", "fails", "not tested"
+
+FIGURE_OF: dict[str, str] = {
+    "fig2-top": "fig2",
+    "fig2-bottom": "fig2",
+    "table1": "table1",
+    "fig4": "fig4",
+    "fig6-mod113": "fig6",
+    "fig6-mod31": "fig6",
+    "fig6-sq": "fig6",
+    "fig6-cube": "fig6",
+    "fig7": "fig7",
+}
+"""The `grokbench figures` name whose build makes each recipe's runs."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Row:
+    """One claim's verdict."""
+
+    claim: str
+    source: str  # where the paper states it: paper, section / figure / table
+    paper: str
+    ours: str
+    tolerance: str
+    status: str
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What a build's report reads: stored runs per recipe (None: not in the store), the
+    quant lab's table, the CE benchmark's output, and the store (fig7 reads teachers)."""
+
+    scale: str  # 'quick' or 'full'
+    recipes: Mapping[str, list[Run] | None] = dataclasses.field(default_factory=dict)
+    quant: Mapping[str, Any] | None = None
+    bench: Mapping[str, Any] | None = None
+    store: Any = None
+
+    def runs(self, recipe: str, full: bool = False) -> list[Run]:
+        """The recipe's runs; [] when they are missing, or when `full` and this is quick."""
+        if full and self.scale != "full":
+            return []
+        return self.recipes.get(recipe) or []
+
+    def why(self, recipe: str, full: bool = False) -> str:
+        """Why `runs(recipe, full)` may be empty, with the command that makes the runs."""
+        figure = FIGURE_OF.get(recipe, recipe)
+        if full and self.scale != "full":
+            return (
+                f"needs the full-scale runs (`grokbench figures {figure} --full`); "
+                "quick runs are shorter, with fewer seeds"
+            )
+        flag = "" if self.scale == "quick" else " --full"
+        return f"no {recipe} runs in the store (`grokbench figures {figure}{flag}` makes them)"
+
+
+def claim_row(
+    *,
+    claim: str,
+    source: str,
+    paper: str,
+    tolerance: str,
+    ours: Callable[[], str] | str,
+    ok: Callable[[], bool] | bool | None,
+    why: str = "",
+) -> Row:
+    """A claim's row. `ok` None (no measurement) gives `not tested` with `why`; otherwise
+    `ok` (called if callable, so a check never runs on missing data) gives the verdict."""
+    if ok is None:
+        return Row(
+            claim=claim,
+            source=source,
+            paper=paper,
+            ours="-",
+            tolerance=tolerance,
+            status=NOT_TESTED,
+            note=why,
+        )
+    verdict = ok() if callable(ok) else ok
+    return Row(
+        claim=claim,
+        source=source,
+        paper=paper,
+        ours=ours() if callable(ours) else ours,
+        tolerance=tolerance,
+        status=HOLDS if verdict else FAILS,
+    )
+
+
+def mean_std(values: Iterable[float | None]) -> tuple[float, float] | None:
+    """Mean and sample std of the values; None when there are none (or any is missing)."""
+    values = list(values)
+    if not values or any(v is None for v in values):
+        return None
+    a = np.asarray(values, float)
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+
+
+def pm(stat: tuple[float, float] | None, scale: float = 1.0, digits: int = 1) -> str:
+    """'mean +- std' (scaled), or '-' without data."""
+    if stat is None:
+        return "-"
+    mean, std = stat
+    return f"{scale * mean:.{digits}f} +- {scale * std:.{digits}f}"
+
+
+def seeds(runs: Sequence[Run]) -> str:
+    """'N seeds, S steps' of a group of runs."""
+    return f"{len(runs)} seeds, {runs[0].config.steps} steps" if runs else "no runs"
+
+
+def finite(x: float | None) -> bool:
+    """A measured value that exists and is finite."""
+    return x is not None and math.isfinite(x)
