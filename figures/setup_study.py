@@ -24,7 +24,18 @@ from figures._common import LOSS_COLORS, Context, Run, new_figure, save
 from grokbench.recipes import SETUP_AXES, get_recipe
 from grokbench.store import atomic_write_bytes
 
-NAMES = ("setup_study",)
+__all__ = [
+    "LOSSES",
+    "RECIPE",
+    "draw",
+    "grok_steps",
+    "markdown",
+    "median_grok",
+    "rows",
+    "setting",
+    "setting_labels",
+]
+
 RECIPE = "setup-study"
 LOSSES = ("fixed", "standard")
 
