@@ -45,6 +45,28 @@ class Recipe:
     quick: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
+# The settings the fix paper leaves unstated follow the reference trainers, never a result:
+# where Nanda et al.'s trainer (progress-measures-paper) and Prieto et al.'s
+# (grokking-at-the-edge-of-numerical-stability) agree, we do as they do; where they differ,
+# we keep the choice the TransformerLens grokking demo shares with one of them.
+# - split: a new train/test split per run seed (RunConfig.split = per_seed). Nanda's trainer
+#   shuffles the pairs after random.seed(seed); Prieto's draws random_split from the seeded
+#   torch generator. Only the TL demo keeps one split (DATA_SEED 598) for every run.
+# - init: Nanda et al.'s N(0, 1/d_model) (w_u N(0, 1/(p + 1))): our model is theirs (no
+#   LayerNorm, learned positions, causal mask, the `=` token). Prieto's trainer builds a
+#   different model (post-LN, dropout, no positions) with PyTorch's default init.
+# - no warmup, p outputs: Prieto's trainer and the TL demo; Nanda's warms up over 10 steps
+#   and has p + 1 outputs (warmup_steps=10, eq_output=true).
+# The setup study (`grokbench run setup-study`, figures/setup_study.py) shows every
+# alternative beside these. Measured on a 2-core CPU, fixed CE, 5 seeds (0-4) x 10,000 steps,
+# runs at >= 99 % test by step 10,000 and their median grok step (a run that never groks
+# counted as later than every step): defaults 4/5, 5,800; split=fixed 3/5, 8,500;
+# init=fan_in 3/5, 6,200; init=tl 3/5, 4,600; warmup_steps=10 4/5, 5,000; eq_output 3/5,
+# 8,100; d_mlp=512 4/5, 5,900; n_heads=1 3/5, 7,800. No setting groks every seed, and
+# the spread between seeds (3,100 to 9,100 steps) is wider than any setting's shift:
+# 5 seeds cannot rank the settings, so the study does not overrule the trainers. Standard
+# CE with the defaults: 3/5, 7,900, spikes on 5/5. Final fixed-CE margins: medians
+# 17.1-17.3 in every setting, runs 16.6-17.5 (the paper: 17.9).
 _VARMA = RunConfig()  # a+b mod 31, width-64 transformer, AdamW 1e-3 (0.9, 0.98), wd 1, fp32
 _DOSHI = RunConfig(  # the 2-layer MLP benchmarks mod 97
     task="a^2+b^2",
