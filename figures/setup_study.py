@@ -156,6 +156,7 @@ def draw(ctx: Context) -> list:
             if row["median_grok_step"] is not None:
                 ax.plot([x - 0.3, x + 0.3], [row["median_grok_step"]] * 2, color="k", lw=1.2)
         ax.axhline(table[0]["steps"], color="0.6", lw=0.6, ls="--")
+        ax.set_ylim(0, 1.12 * table[0]["steps"])
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
         ax.set_title(f"{loss} CE (x: not grokked)", loc="left")
         ax.set_ylabel("grok step (>= 99 % test)")
