@@ -31,6 +31,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "fig6": ("figures.fig6", "draw"),
     "fig7": ("figures.fig7", "draw"),
     "quant": ("figures.quant", "draw"),
+    "setup_study": ("figures.setup_study", "draw"),
 }
 """Every figure/table by name -> (module, function taking a Context, returning paths)."""
 

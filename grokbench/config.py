@@ -19,6 +19,7 @@ from grokbench.precision import get_precision
 from tasks import (
     ACTIVATIONS,
     DISTILL_LOSSES,
+    INITS,
     OPERATIONS,
     MLPConfig,
     ModularTask,
@@ -31,6 +32,7 @@ __all__ = [
     "LOSSES",
     "MODELS",
     "OPTIMIZERS",
+    "SPLITS",
     "VMAPPED",
     "ConfigError",
     "RunConfig",
@@ -47,8 +49,12 @@ __all__ = [
     "split_override",
 ]
 
-CONFIG_VERSION = 1
-"""Bumped when the engine's numbers or stored metrics change meaning; part of the run hash."""
+CONFIG_VERSION = 3
+"""Bumped when the engine's numbers or stored metrics change meaning; part of the run hash.
+
+2: LaProp clips g / sqrt(v_hat) to its exact bound (eps = 0 no longer gives inf).
+3: `split` defaults to per_seed (a new train/test split per run seed; grokbench/recipes.py).
+"""
 
 LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
 """Loss variants: numerics.cross_entropy, numerics.standard.cross_entropy, and the baselines.
@@ -61,11 +67,25 @@ MODELS: tuple[str, ...] = ("transformer", "mlp")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "laprop")
 """Optimizers of grokbench.optimizers (adam has no weight decay)."""
 
-ADDED_FIELDS: tuple[str, ...] = ("teacher_steps", "temperature")
+ADDED_FIELDS: tuple[str, ...] = (
+    "teacher_steps",
+    "temperature",
+    "split",
+    "init",
+    "eq_output",
+    "warmup_steps",
+)
 """Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
 out of `identity` and the hash, so adding a field does not orphan the runs already stored.
 A new field goes here (with a default that reproduces the old behaviour), not into a bump of
-`CONFIG_VERSION`."""
+`CONFIG_VERSION`. A later change of such a default comes with a bump (as `split`'s, to
+per_seed, at version 3): a config stored before the field existed lacks the key and would
+read back with the new default, and only the bump keeps the old run from answering for it."""
+
+SPLITS: tuple[str, ...] = ("fixed", "per_seed")
+"""How a run's train/test split is drawn: 'fixed' from `split_seed` for every run seed, or
+'per_seed' from the run's own seed (a new split per seed, as Nanda et al.'s and Prieto et
+al.'s trainers draw it)."""
 
 VMAPPED: tuple[str, ...] = ("seed", "lr", "b1", "b2", "eps", "weight_decay")
 """Fields that only change numbers, not shapes: runs differing only in these are batched."""
@@ -83,7 +103,8 @@ class RunConfig:
     task: str = "a+b"  # Varma et al.'s reference task (fig2-top, Table 1)
     p: int = 31  # a+b mod 31: 961 pairs
     train_fraction: float = 0.5  # Varma et al.'s 50% split: 480 training examples at p = 31
-    split_seed: int = 0  # the split is part of the task and stays fixed across model seeds
+    split_seed: int = 0  # the split's seed when split=fixed (the same split for every run seed)
+    split: str = "per_seed"  # one of SPLITS: a new split per run seed (Nanda's, Prieto's trainers)
     # Model.
     model: str = "transformer"  # the 1-layer ReLU transformer of the papers
     d_model: int = 64  # Varma et al.'s width-64 model (Nanda et al.: 128)
@@ -92,6 +113,8 @@ class RunConfig:
     layer_norm: bool = False  # Nanda/Varma models have no LayerNorm
     mlp_width: int = 500  # hidden width of the 2-layer MLP (model=mlp only)
     activation: str = "relu"  # MLP activation; ReLU as in the fix paper's benchmarks
+    init: str = "nanda"  # transformer init scale (tasks.INITS): Nanda et al.'s N(0, 1/d_model)
+    eq_output: bool = False  # transformer: p + 1 outputs, `=` a class (Nanda et al.'s unembed)
     # Optimizer.
     optimizer: str = "adamw"  # the papers' AdamW (decoupled weight decay)
     lr: float = 1e-3  # Varma/Nanda learning rate
@@ -106,6 +129,7 @@ class RunConfig:
     # Schedule.
     steps: int = 10_000  # fig2-top / Table 1 train 10,000 full-batch steps
     eval_every: int = 100  # test loss/accuracy cadence; 1% of the steps costs ~nothing
+    warmup_steps: int = 0  # W > 0: lr (and so decay) x min(t / W, 1) at update t (Nanda: 10)
     seed: int = 0  # model init seed (runs of a sweep use seed, seed + 1, ...)
     # Distillation (fig7, grokbench.distill); off by default: a run trains from scratch.
     teacher_steps: int = 0  # N > 0: the student starts as a teacher trained N steps (fig7: 5,000)
@@ -118,7 +142,19 @@ class RunConfig:
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("loss", self.loss, LOSSES)
         _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("split", self.split, SPLITS)
+        _check_choice("init", self.init, INITS)
+        require(
+            self.model == "transformer" or (self.init == "nanda" and not self.eq_output),
+            "init and eq_output apply to model=transformer only",
+        )
+        require(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
         require(self.split_seed >= 0, f"split_seed must be >= 0, got {self.split_seed}")
+        require(
+            self.split == "fixed" or self.split_seed == 0,
+            f"split_seed applies to split=fixed only (split=per_seed draws the split from "
+            f"the run's seed); got split_seed={self.split_seed}",
+        )
         require(self.mlp_width >= 1, f"mlp_width must be >= 1, got {self.mlp_width}")
         try:
             # One name per policy ('bfloat16' and 'bf16/bf16' are 'bf16'): one hash per run.
@@ -151,8 +187,9 @@ class RunConfig:
         _check_distill(self)
 
     def modular_task(self) -> ModularTask:
-        """The dataset this run trains on."""
-        return ModularTask(self.task, self.p, self.train_fraction, self.split_seed)
+        """The dataset this run trains on (split from `split_seed`, or the run's seed)."""
+        split_seed = self.seed if self.split == "per_seed" else self.split_seed
+        return ModularTask(self.task, self.p, self.train_fraction, split_seed)
 
     def model_config(self) -> TransformerConfig | MLPConfig:
         """The model config for `tasks.build_model`."""
@@ -160,11 +197,12 @@ class RunConfig:
             return MLPConfig(p=self.p, width=self.mlp_width, activation=self.activation)
         return TransformerConfig(
             vocab_size=self.p + 1,
-            num_classes=self.p,
+            num_classes=self.p + 1 if self.eq_output else self.p,
             d_model=self.d_model,
             n_heads=self.n_heads,
             d_mlp=self.d_mlp,
             layer_norm=self.layer_norm,
+            init=self.init,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,6 +235,10 @@ def _check_distill(cfg: RunConfig) -> None:
         cfg.eval_every == 1,
         "a distillation run records test metrics every step: eval_every must be 1, "
         f"got {cfg.eval_every}",
+    )
+    require(
+        not cfg.eq_output and not cfg.warmup_steps,
+        "eq_output and warmup_steps apply to runs trained from scratch, not distillation runs",
     )
 
 

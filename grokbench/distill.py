@@ -58,9 +58,10 @@ from grokbench.engine import (
     Data,
     build_forward,
     check_batch,
+    data_axis,
     direction_tx,
-    load_data,
-    shard_runs,
+    load_batch_data,
+    shard_batch,
     stack_hyper,
     static_config,
     stream_chunks,
@@ -95,7 +96,7 @@ DISTILL_METRICS: tuple[str, ...] = (
 )
 """Metrics recorded at every step of a distillation run (see the module docstring)."""
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 """Bumped when a distillation summary's fields change: stored summaries are then rebuilt."""
 
 # The teacher shares everything that defines the function it computes with its student.
@@ -104,11 +105,13 @@ _TEACHER_FIELDS = (
     "p",
     "train_fraction",
     "split_seed",
+    "split",
     "model",
     "d_model",
     "n_heads",
     "d_mlp",
     "layer_norm",
+    "init",
     "mlp_width",
     "activation",
     "seed",
@@ -217,8 +220,9 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
 def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, chunk_one = _build(static, get_precision(static.precision), fast)
-    init = jax.jit(jax.vmap(init_one, in_axes=(0, 0, None)))
-    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, 0, 0, None, None)), static_argnums=4)
+    axis = data_axis(static)
+    init = jax.jit(jax.vmap(init_one, in_axes=(0, 0, axis)))
+    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, 0, 0, axis, None)), static_argnums=4)
     return init, chunk
 
 
@@ -245,9 +249,9 @@ def train(
     start = time.perf_counter()
     # x64 on for every precision: the metrics are float64; the student keeps its own dtypes.
     with jax.enable_x64(True):
-        data = load_data(cfg)
+        data = load_batch_data(configs)
         stacked = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *teachers)
-        (stacked, hyper), _ = shard_runs((stacked, stack_hyper(configs)))
+        (stacked, hyper), data = shard_batch((stacked, stack_hyper(configs)), data, data_axis(cfg))
         init, run_chunk = _compiled(static_config(cfg), fast)
         state, anchor = init(stacked, hyper, data)
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
@@ -268,17 +272,22 @@ def train(
         step = np.arange(cfg.steps, dtype=np.int64)
         metrics = {"step": step, "test_step": step, **columns}
         params = jax.tree.map(lambda x, r=r: np.asarray(x[r]), final)
-        outputs.append(engine.RunOutput(c, metrics, seconds, params))
+        outputs.append(engine.RunOutput(c, metrics, seconds, params, jax.default_backend()))
     return outputs
 
 
-def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float) -> dict:
+def summarize(
+    cfg: RunConfig,
+    metrics: Mapping[str, np.ndarray],
+    seconds: float,
+    backend: str | None = None,
+) -> dict:
     """A distillation run's `summary.json`: the usual keys plus the KL and drift numbers.
 
     `max_train_loss_after_memorization` and `spikes` are None: the student starts memorized
     and the slingshot rule does not apply. `residual_gradient` is `logit_grad_max` at step 0
     (z_S = z_T exactly); `teacher_test_accuracy` the test accuracy at step 0, in the run's
-    precision.
+    precision. `backend` and `matmul_precision` as in `slingshot.summarize`.
     """
     kl, dist, test_acc = metrics["kl"], metrics["param_distance"], metrics["test_acc"]
     return {
@@ -300,6 +309,8 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
         "min_test_accuracy": finite_or_none(np.min(test_acc)),
         "teacher_test_accuracy": finite_or_none(test_acc[0]),
         "adam_step_initial": finite_or_none(metrics["adam_step"][0]),
+        "backend": backend,
+        "matmul_precision": get_precision(cfg.precision).matmul_precision,
         "summary_version": SUMMARY_VERSION,
     }
 
@@ -327,7 +338,7 @@ def train_teachers(
                 fast=fast,
                 on_chunk=console.advance(bar, len(group)),
             ):
-                summary = slingshot.summarize(out.config, out.metrics, out.seconds)
+                summary = slingshot.summarize(out.config, out.metrics, out.seconds, out.backend)
                 store.save(out.config, out.metrics, summary, params=out.params)
     teachers = {cfg: store.load_params(cfg) for cfg in unique}
     lost = [store.run_dir(cfg) for cfg, params in teachers.items() if params is None]
@@ -365,7 +376,7 @@ def run_students(
                 on_chunk=console.advance(bar, len(group)),
             )
             for out in outputs:
-                summary = summarize(out.config, out.metrics, out.seconds)
+                summary = summarize(out.config, out.metrics, out.seconds, out.backend)
                 store.save(out.config, out.metrics, summary)
                 summaries[out.config] = summary
     return summaries

@@ -43,15 +43,19 @@ __all__ = [
     "check_batch",
     "chunk_evals",
     "clear_compiled",
+    "data_axis",
     "direction_tx",
+    "load_batch_data",
     "load_data",
     "prepare",
+    "shard_batch",
     "shard_runs",
     "stack_hyper",
     "static_config",
     "step_flops",
     "stream_chunks",
     "train",
+    "warmup",
 ]
 
 LOSS_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
@@ -71,6 +75,7 @@ class RunOutput:
     metrics: dict[str, np.ndarray]
     seconds: float
     params: dict[str, np.ndarray] | None = None  # final parameters (a distillation teacher's)
+    backend: str | None = None  # `jax.default_backend()` where it trained (None: not known)
 
 
 class Data(NamedTuple):
@@ -85,6 +90,38 @@ class Data(NamedTuple):
 def load_data(cfg: RunConfig) -> Data:
     """The training and test split of `cfg`'s task (in the current precision scope)."""
     return Data(*(jnp.asarray(a) for a in modular_split(cfg.modular_task())))
+
+
+def data_axis(cfg: RunConfig) -> int | None:
+    """The run axis of a batch's `Data`: 0 when every run draws its own split
+    (`split=per_seed`: the runs' splits stacked), None when the runs share one split."""
+    return 0 if cfg.split == "per_seed" else None
+
+
+def load_batch_data(configs: Sequence[RunConfig]) -> Data:
+    """The data of a batch of one shape group: one shared split, or one split per run
+    stacked along a leading axis (see `data_axis`)."""
+    if data_axis(configs[0]) is None:
+        return load_data(configs[0])
+    splits = [modular_split(c.modular_task()) for c in configs]
+    return Data(*(jnp.asarray(np.stack(cols)) for cols in zip(*splits, strict=True)))
+
+
+def shard_batch(runs: Any, data: Data, axis: int | None) -> tuple[Any, Data]:
+    """`shard_runs` of a batch: `data` goes with the runs when it has a run axis."""
+    if axis is None:
+        return shard_runs(runs, data)
+    (runs, data), _ = shard_runs((runs, data))
+    return runs, data
+
+
+def warmup(lr: jax.Array, count: jax.Array, warmup_steps: int) -> jax.Array:
+    """`lr` x min(count / warmup_steps, 1) at the update after `count` updates (Nanda et al.'s
+    `LambdaLR(min(step / 10, 1))`: the first update runs at lr 0); `lr` itself when 0."""
+    if not warmup_steps:
+        return lr
+    factor = optax.linear_schedule(0.0, 1.0, warmup_steps)(count)
+    return lr * factor.astype(lr.dtype)
 
 
 def stack_hyper(configs: Sequence[RunConfig]) -> Hyper:
@@ -115,11 +152,17 @@ def direction_tx(cfg: RunConfig, h: Hyper) -> optax.GradientTransformation:
 
 def build_forward(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Any, Callable]:
     """(model, forward): `cfg`'s model, and forward(params, x) -> logits in `policy`'s
-    compute dtype (parameters cast from their storage dtype first)."""
+    compute dtype (parameters cast from their storage dtype first).
+
+    The model is traced under `jax.default_matmul_precision(policy.matmul_precision)`:
+    every dot of an fp32 or fp64 run carries precision HIGHEST in the jitted program (and
+    so do their transposes in the backward pass), whatever the backend's default.
+    """
     model = build_model(cfg.model_config(), fast=fast)
 
     def forward(params: Any, x: jax.Array) -> jax.Array:
-        return model.apply(policy.cast_to_compute(params), x)
+        with jax.default_matmul_precision(policy.matmul_precision):
+            return model.apply(policy.cast_to_compute(params), x)
 
     return model, forward
 
@@ -130,6 +173,9 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     model, forward = build_forward(cfg, policy, fast)
     objective = LOSS_FUNCTIONS[cfg.loss]
     cliff = numerics.precision_cliff(policy.compute_dtype)
+    # With `eq_output` the loss sees all p + 1 logits; accuracy and margins, as Nanda et
+    # al.'s metrics, the p residues only.
+    residues = (lambda z: z[:, : cfg.p]) if cfg.eq_output else (lambda z: z)
 
     def init_one(seed: jax.Array, h: Hyper) -> tuple[Any, Any]:
         params = model.init(jax.random.key(seed), policy.param_dtype)
@@ -148,12 +194,12 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
             grads,
             opt_state,
             params,
-            learning_rate=h.lr,
+            learning_rate=warmup(h.lr, opt_state.count, cfg.warmup_steps),
             weight_decay=h.weight_decay,
         )
         step = metrics_lib.step_metrics(
-            logits_NxK=logits,
-            dlogits_NxK=dlogits,
+            logits_NxK=residues(logits),
+            dlogits_NxK=residues(dlogits),
             loss=loss,
             labels_N=data.y_train,
             direction=direction,
@@ -165,7 +211,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     def evaluate(params: Any, data: Data) -> dict:
         logits = forward(params, data.x_test)
         loss = jnp.mean(objective(logits, data.y_test))
-        return metrics_lib.eval_metrics(logits, loss, data.y_test)
+        return metrics_lib.eval_metrics(residues(logits), loss, data.y_test)
 
     def chunk_one(state: tuple, h: Hyper, data: Data, n_blocks: int) -> tuple[tuple, tuple]:
         def block(state: tuple, _: None) -> tuple[tuple, tuple]:
@@ -210,13 +256,13 @@ def prepare(
     n_runs = len(configs)
     n_evals = cfg.steps // cfg.eval_every
     n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
-    data = load_data(cfg)
     if shard:
         configs = _pad(configs, jax.local_device_count())
+    data = load_batch_data(configs)
     hyper = stack_hyper(configs)
     seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
     if shard:
-        (seeds, hyper), data = shard_runs((seeds, hyper), data)
+        (seeds, hyper), data = shard_batch((seeds, hyper), data, data_axis(cfg))
     init, run_chunk = _compiled(static_config(cfg), fast)
     state = init(seeds, hyper)
     return Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
@@ -257,7 +303,7 @@ def shard_runs(runs: Any, shared: Any = None) -> tuple[Any, Any]:
 def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, _, chunk_one = _build(static, get_precision(static.precision), fast)
-    chunk = jax.vmap(chunk_one, in_axes=(0, 0, None, None))
+    chunk = jax.vmap(chunk_one, in_axes=(0, 0, data_axis(static), None))
     return jax.jit(jax.vmap(init_one)), jax.jit(chunk, static_argnums=3)
 
 
@@ -272,7 +318,7 @@ def step_flops(configs: Sequence[RunConfig], fast: bool = True) -> float:
     with precision_scope(cfg.precision):
         batch = prepare(configs, fast=fast, shard=False)  # a sharded program counts per device
         _, train_step, _ = _build(cfg, get_precision(cfg.precision), fast)
-        step = jax.jit(jax.vmap(train_step, in_axes=(0, 0, None)))
+        step = jax.jit(jax.vmap(train_step, in_axes=(0, 0, data_axis(cfg))))
         cost = step.lower(batch.state, batch.hyper, batch.data).compile().cost_analysis()
     if isinstance(cost, list | tuple):  # older jax: one dict per computation
         cost = cost[0]
@@ -317,6 +363,7 @@ def train(
             _columns(chunks, r, cfg.eval_every),
             seconds,
             jax.tree.map(lambda x, r=r: np.asarray(x[r]), final),
+            jax.default_backend(),
         )
         for r, c in enumerate(configs)
     ]

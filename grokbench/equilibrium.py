@@ -19,10 +19,11 @@ The plateau rule (`plateau`), on a run's per-step mean training margin (`MARGIN_
 
 A run that has not plateaued (still climbing, or a curve that turned non-finite) is
 summarized by its peak: the largest finite margin and the step it was reached
-(`Plateau.stop`, `stop_step`). Fig4's eps = 0 runs peak at the underflow and then break:
-with LaProp tracking r = sqrt(v) in fp32, a gradient entry g in [tiny, tiny / sqrt(1 - b2))
-flushes sqrt(1 - b2) |g|, and so r, to zero while g itself is not, g / (r + 0) is inf and
-the run diverges (`diverged`); or the margin collapses and climbs again.
+(`Plateau.stop`, `stop_step`). Fig4's eps = 0 runs peak at the underflow. Before
+CONFIG_VERSION 2 they then broke: with LaProp tracking r = sqrt(v) in fp32, a gradient entry
+g in [tiny, tiny / sqrt(1 - b2)) flushes sqrt(1 - b2) |g|, and so r, to zero while g itself
+is not, and g / (r + 0) was inf. LaProp now clips g / r to its exact bound
+(`grokbench.optimizers.scale_by_laprop`); a run that still turns non-finite is `diverged`.
 
 Groups (`group_rows`) are the runs with equal config except the seed (in a fig4 sweep:
 one per eps and weight decay). Their measured value is the mean (and sample std) of the

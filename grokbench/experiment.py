@@ -75,7 +75,7 @@ def run_configs(
             for out in outputs:
                 if done[out.config] is not None:
                     continue  # stored by an earlier, interrupted call: the same numbers
-                summary = slingshot.summarize(out.config, out.metrics, out.seconds)
+                summary = slingshot.summarize(out.config, out.metrics, out.seconds, out.backend)
                 store.save(out.config, out.metrics, summary)
                 done[out.config] = summary
                 trained.add(out.config)
@@ -93,7 +93,7 @@ def _load(store: Store, cfg: RunConfig) -> dict | None:
     rule = distill if cfg.teacher_steps else slingshot
     if summary is not None and summary.get("summary_version") != rule.SUMMARY_VERSION:
         metrics = load_metrics(store.run_dir(cfg))
-        summary = rule.summarize(cfg, metrics, summary["seconds"])
+        summary = rule.summarize(cfg, metrics, summary["seconds"], summary.get("backend"))
         atomic_write_json(store.run_dir(cfg) / "summary.json", summary)
     return summary
 

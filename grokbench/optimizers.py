@@ -17,7 +17,8 @@ Conventions shared by every transform here:
   under x64) and then cast, so `b**t` never rounds to 1 in bf16.
 - eps = 0 is allowed and means the limit eps -> 0+: a zero numerator gives a zero step
   (0 / (0 + eps) = 0 for every eps > 0) instead of 0/0 = NaN. A non-zero numerator over
-  a zero denominator still gives +-inf, as the formula says. NaN in gives NaN out.
+  a zero denominator still gives +-inf, as the formula says (Adam; LaProp clips its ratio
+  to the exact bound, `scale_by_laprop`). NaN in gives NaN out.
 """
 
 from __future__ import annotations
@@ -156,6 +157,20 @@ def _update_sqrt_v(g: jax.Array, r: jax.Array, b2: ArrayLike) -> jax.Array:
     return jnp.where(s == 0, s, s * jnp.sqrt(1 + jnp.square(t / s_safe)))
 
 
+def _ratio_bound(b2: ArrayLike, count: jax.Array) -> jax.Array:
+    """sqrt((1 - b2^t) / (1 - b2)): the exact bound on |g_t| / sqrt(v_hat_t), below 1/sqrt(1 - b2).
+
+    v_t = (1 - b2) sum_s b2^(t-s) g_s^2 >= (1 - b2) g_t^2 and v_hat_t = v_t / (1 - b2^t), so
+    |g_t| / sqrt(v_hat_t) <= sqrt((1 - b2^t) / (1 - b2)) (equality when g_t is the only
+    non-zero gradient so far); eps > 0 only lowers the ratio. Arithmetic breaks the bound
+    only where v (or sqrt(v)) lost the current gradient: g^2 underflowing, or, tracking
+    sqrt(v), sqrt(1 - b2) |g| falling below the smallest normal float, which XLA's CPU
+    backend flushes to zero. At eps = 0 that divides a non-zero g by 0.
+    """
+    dt = _bias_correction_dtype()
+    return jnp.sqrt(_one_minus_pow(b2, count) / (1 - jnp.asarray(b2, dt)))
+
+
 def scale_by_laprop(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.98,
@@ -167,6 +182,10 @@ def scale_by_laprop(
     v_t = b2 v + (1 - b2) g^2; m_t = b1 m + (1 - b1) g / (sqrt(v_t / (1 - b2^t)) + eps);
     direction m_t / (1 - b1^t). With `track_sqrt_v`, sqrt(v) is tracked directly (see
     `_update_sqrt_v`) so gradients whose square underflows keep their weight.
+
+    g / (sqrt(v_hat) + eps) is clipped to its exact bound (`_ratio_bound`): a no-op in exact
+    arithmetic, it keeps the step finite where v lost the current gradient to underflow or
+    flush-to-zero (at eps = 0 that was g / 0 = inf, fig4's eps = 0 path past its margin peak).
     """
 
     def update_fn(
@@ -181,7 +200,14 @@ def scale_by_laprop(
         else:
             nu = update_moment(updates, state.nu, b2, 2)
             rms = jax.tree.map(jnp.sqrt, bias_correction(nu, b2, count))
-        normalized = jax.tree.map(lambda g, s: _safe_div(g, s + _as(eps, s)), updates, rms)
+        bound = _ratio_bound(b2, count)
+        normalized = jax.tree.map(
+            lambda g, s: jnp.clip(
+                _safe_div(g, s + _as(eps, s)), -bound.astype(g.dtype), bound.astype(g.dtype)
+            ),
+            updates,
+            rms,
+        )
         mu = update_moment(normalized, state.mu, b1, 1)
         return bias_correction(mu, b1, count), ScaleByLaPropState(count, mu, nu)
 

@@ -49,6 +49,18 @@ class Precision:
         """True when either dtype is float64."""
         return np.dtype(jnp.float64) in (self.param_dtype, self.compute_dtype)
 
+    @property
+    def matmul_precision(self) -> str:
+        """The `jax.default_matmul_precision` the engine pins while tracing the model.
+
+        'highest' when the compute dtype is float32 or float64: "fp32" then means fp32
+        products on every backend (JAX's default computes float32 matmuls in TF32 on NVIDIA
+        GPUs and in bf16 passes on TPUs; the CPU is exact either way). 'default' for bf16
+        and fp16 compute, whose products are already in their own dtype.
+        """
+        wide = self.compute_dtype.itemsize >= 4
+        return "highest" if wide else "default"
+
     def cast_to_param(self, tree: object) -> object:
         """Cast every floating leaf of `tree` to the parameter dtype."""
         return _cast_floats(tree, self.param_dtype)

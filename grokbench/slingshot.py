@@ -58,7 +58,7 @@ __all__ = [
     "summarize",
 ]
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 """Bumped when the summary's fields or the spike rule change: stored summaries are then rebuilt."""
 
 SPIKE_FACTOR = 10.0
@@ -226,8 +226,17 @@ def format_spikes(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarra
     return "\n".join(lines)
 
 
-def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float) -> dict:
-    """The run's `summary.json` (fractions in [0, 1], margins in nats)."""
+def summarize(
+    cfg: RunConfig,
+    metrics: Mapping[str, np.ndarray],
+    seconds: float,
+    backend: str | None = None,
+) -> dict:
+    """The run's `summary.json` (fractions in [0, 1], margins in nats).
+
+    `backend` is where the run trained (`engine.RunOutput.backend`; None when not known) and
+    `matmul_precision` the one the engine pinned for its precision (`Precision.matmul_precision`).
+    """
     acc, ce = metrics["train_acc"], metrics["train_ce"]
     mem = memorization_step(acc)
     after = ce[mem + 1 :] if mem is not None else ce[:0]
@@ -255,5 +264,7 @@ def summarize(cfg: RunConfig, metrics: Mapping[str, np.ndarray], seconds: float)
         "final_frac_past_cliff": finite_or_none(metrics["frac_past_cliff"][-1]),
         "precision_cliff": numerics.precision_cliff(compute),
         "equilibrium_margin": finite_or_none(numerics.equilibrium_margin(cfg.eps)),
+        "backend": backend,
+        "matmul_precision": get_precision(cfg.precision).matmul_precision,
         "summary_version": SUMMARY_VERSION,
     }

@@ -18,6 +18,7 @@ from tasks._modular import ModularData as ModularData
 from tasks._modular import ModularTask as ModularTask
 from tasks._modular import modular_split as modular_split
 from tasks._modular import modular_table as modular_table
+from tasks._transformer import INITS as INITS
 from tasks._transformer import TransformerConfig as TransformerConfig
 from tasks._transformer import transformer_apply as transformer_apply
 from tasks._transformer import transformer_apply_fast as transformer_apply_fast

@@ -35,6 +35,17 @@ from tasks._common import (
 )
 
 _SEQ_LEN = 3  # [a, b, =]
+
+INITS: tuple[str, ...] = ("nanda", "fan_in", "tl")
+"""Init scales of the weight matrices (`TransformerConfig.init`; biases start at 0):
+
+- 'nanda': Nanda et al.'s code: every matrix ~ N(0, 1/d_model), even w_out (fan-in d_mlp),
+  and the unembedding ~ N(0, 1/V).
+- 'fan_in': N(0, 1/fan_in) for every matrix that multiplies an activation (w_out 1/d_mlp,
+  w_u 1/d_model); embed and pos, which a one-hot selects, keep Nanda's 1/d_model.
+- 'tl': the TransformerLens grokking demo (GPT-2 init, initializer_range 0.8/sqrt(d_model)):
+  every matrix ~ N(0, 0.64/d_model). (The demo also freezes its biases at 0; ours train.)
+"""
 _LN_EPS = 1e-5  # PyTorch/GPT-2 LayerNorm default; representable in bf16 and fp16
 
 
@@ -48,8 +59,11 @@ class TransformerConfig:
     n_heads: int = 4  # Nanda et al.'s 4 heads; d_head = d_model / n_heads
     d_mlp: int | None = None  # None -> 4 * d_model, the usual 4x ReLU MLP (Nanda: 512 at 128)
     layer_norm: bool = False  # Nanda/Varma models have no LayerNorm
+    init: str = "nanda"  # one of INITS: Nanda et al.'s N(0, 1/d_model)
 
     def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}; got {self.init!r}")
         for name in ("vocab_size", "num_classes", "d_model", "n_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -82,7 +96,7 @@ class TransformerConfig:
 
 
 def transformer_init(key: jax.Array, cfg: TransformerConfig, dtype: DTypeLike) -> Params:
-    """Nanda et al.'s init, drawn in float32 and cast to `dtype` (see `_common.normal_init`)."""
+    """`cfg.init`'s init (`INITS`), drawn in float32 and cast to `dtype` (`_common.normal_init`)."""
     return _transformer_init(key, cfg, check_model_dtype(dtype))
 
 
@@ -107,11 +121,7 @@ def _transformer_init(key: jax.Array, cfg: TransformerConfig, dt: np.dtype) -> P
         "w_out": (F, D),
         "w_u": (D, K),
     }
-    # Every matrix ~ N(0, 1/d_model) as in Nanda et al.'s code (even w_out, whose fan-in
-    # is F), except the unembedding, which they draw ~ N(0, 1/V).
-    stds = {name: 1.0 / math.sqrt(D) for name in shapes}
-    stds["w_u"] = 1.0 / math.sqrt(V)
-    params = normal_init(key, shapes, stds)
+    params = normal_init(key, shapes, _init_stds(cfg, shapes))
     params["b_in"] = jnp.zeros((F,), jnp.float32)
     params["b_out"] = jnp.zeros((D,), jnp.float32)
     if cfg.layer_norm:
@@ -120,6 +130,21 @@ def _transformer_init(key: jax.Array, cfg: TransformerConfig, dt: np.dtype) -> P
             params[f"{ln}_scale"] = jnp.ones((D,), jnp.float32)
             params[f"{ln}_bias"] = jnp.zeros((D,), jnp.float32)
     return cast_params(params, dt)
+
+
+def _init_stds(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]]) -> dict[str, float]:
+    """The std of each weight matrix under `cfg.init` (see `INITS`)."""
+    D = cfg.d_model
+    if cfg.init == "tl":
+        return {name: 0.8 / math.sqrt(D) for name in shapes}
+    # Every matrix ~ N(0, 1/d_model) as in Nanda et al.'s code (even w_out, whose fan-in
+    # is F), except the unembedding, which they draw ~ N(0, 1/V).
+    stds = {name: 1.0 / math.sqrt(D) for name in shapes}
+    stds["w_u"] = 1.0 / math.sqrt(cfg.vocab_size)
+    if cfg.init == "fan_in":
+        stds["w_out"] = 1.0 / math.sqrt(cfg.mlp_width)
+        stds["w_u"] = 1.0 / math.sqrt(D)
+    return stds
 
 
 def _layer_norm(params: Params, name: str, x_NxD: jax.Array) -> jax.Array:

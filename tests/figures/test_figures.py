@@ -7,7 +7,20 @@ import numpy as np
 import pytest
 
 import numerics
-from figures import build, fig1, fig2, fig3, fig4, fig6, fig7, paper, quant, report, table1
+from figures import (
+    build,
+    fig1,
+    fig2,
+    fig3,
+    fig4,
+    fig6,
+    fig7,
+    paper,
+    quant,
+    report,
+    setup_study,
+    table1,
+)
 from figures._common import Context, Run
 from figures.claims import Evidence
 from grokbench import cli, engine, metrics, recipes
@@ -567,3 +580,23 @@ def test_quant_sweep_figure_plots_each_variant_against_the_swept_field(tmp_path)
     ]
     path = quant._sweep_figure(rows, "pi_init", tmp_path)
     assert path.name == "quant_sweep_pi_init.png" and path.stat().st_size > 1000
+
+def test_setup_study_figure_and_table(tmp_path, fake_engine):
+    written = _build(tmp_path, ["setup_study"])
+    assert [p.name for p in written["setup_study"]] == [
+        "setup_study.png",
+        "setup_study.pdf",
+        "setup_study.md",
+    ]
+    md = (tmp_path / "setup_study.md").read_text()
+    # Every setting of the study (--quick: fixed CE only); the fake runs reach 99 % at their
+    # last evaluation.
+    for label in setup_study.setting_labels():
+        assert f"| {label} | fixed | 2/2 (by 100) | 100 |" in md
+    assert "| standard |" not in md
+
+
+def test_setup_study_median_counts_non_grokking_runs_as_late():
+    assert setup_study.median_grok([100, 300, None]) == 300
+    assert setup_study.median_grok([100, None, None]) is None
+    assert setup_study.median_grok([100, 200, 300, None]) == 250

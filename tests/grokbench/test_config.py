@@ -48,6 +48,8 @@ def test_defaults_are_the_reference_config():
     assert (cfg.task, cfg.p, cfg.train_fraction, cfg.d_model) == ("a+b", 31, 0.5, 64)
     assert (cfg.optimizer, cfg.lr, cfg.b1, cfg.b2, cfg.eps) == ("adamw", 1e-3, 0.9, 0.98, 1e-8)
     assert (cfg.weight_decay, cfg.precision, cfg.steps) == (1.0, "fp32", 10_000)
+    # The unstated choices, as the reference trainers make them (grokbench/recipes.py).
+    assert (cfg.split, cfg.init, cfg.warmup_steps, cfg.eq_output) == ("per_seed", "nanda", 0, False)
 
 
 @pytest.mark.parametrize("key", CONTRACT_KEYS)
@@ -129,6 +131,16 @@ def test_duplicate_key_raises():
         ({"steps": 0}, "steps must be >= 1"),
         ({"eval_every": -1}, "eval_every must be >= 1"),
         ({"teacher_steps": -1}, "teacher_steps must be >= 0"),
+        ({"split": "random"}, "split must be one of fixed, per_seed"),
+        ({"split": "per_seed", "split_seed": 3}, "split_seed applies to split=fixed only"),
+        ({"init": "xavier"}, "init must be one of nanda, fan_in, tl"),
+        ({"init": "tl", "model": "mlp"}, "apply to model=transformer only"),
+        ({"eq_output": True, "model": "mlp"}, "apply to model=transformer only"),
+        ({"warmup_steps": -1}, "warmup_steps must be >= 0"),
+        (
+            {"teacher_steps": 10, "eval_every": 1, "steps": 10, "warmup_steps": 10},
+            "not distillation runs",
+        ),
     ],
 )
 def test_invalid_configs_raise(changes, match):
@@ -192,3 +204,9 @@ def test_override_is_validated_by_the_config():
 def test_unknown_recipe():
     with pytest.raises(ConfigError, match=r"unknown recipe 'fig9'.*fig2-top"):
         recipes.get_recipe("fig9")
+
+
+def test_per_seed_split_follows_the_run_seed():
+    fixed = [RunConfig(split="fixed", seed=s).modular_task().split_seed for s in range(3)]
+    per_seed = [RunConfig(split="per_seed", seed=s).modular_task().split_seed for s in range(3)]
+    assert fixed == [0, 0, 0] and per_seed == [0, 1, 2]

@@ -5,6 +5,8 @@ share a compiled program do (module-scoped fixtures).
 """
 
 import dataclasses
+import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -13,10 +15,11 @@ import optax
 import pytest
 
 import numerics
-from grokbench import engine, metrics
+from grokbench import engine, experiment, metrics
 from grokbench.config import RunConfig
 from grokbench.optimizers import adamw
 from grokbench.precision import precision_scope
+from grokbench.store import Store
 from tasks import build_model, modular_split
 
 TINY = RunConfig(p=7, d_model=8, n_heads=2, steps=20, eval_every=10)
@@ -190,3 +193,76 @@ def test_chunk_evals():
     assert engine.chunk_evals(7, 1000, 100) == 7
     assert engine.chunk_evals(7, 500, 100) == 1
     assert engine.chunk_evals(12, 1000, 100) == 6
+
+
+def _chunk_jaxpr(cfg: RunConfig) -> str:
+    """The jaxpr of `cfg`'s jitted chunk (one batch of one run), as text."""
+    with precision_scope(cfg.precision):
+        batch = engine.prepare([cfg], shard=False)
+        run = batch.run_chunk
+        return str(
+            jax.make_jaxpr(lambda s: run(s, batch.hyper, batch.data, batch.n_blocks))(batch.state)
+        )
+
+
+@pytest.mark.parametrize(
+    ("precision", "pinned"), [("fp32", True), ("fp64", True), ("fp32/bf16", False)]
+)
+def test_matmul_precision_is_pinned_in_the_jitted_chunk(precision, pinned):
+    """fp32/fp64 runs: every dot of the training program (forward and backward) is HIGHEST,
+    not the backend's default (TF32 on NVIDIA GPUs, bf16 passes on TPUs)."""
+    text = _chunk_jaxpr(dataclasses.replace(TINY, steps=2, eval_every=2, precision=precision))
+    dots = text.count("dot_general[")
+    highest = text.count("precision=(Precision.HIGHEST, Precision.HIGHEST)")
+    assert dots > 10
+    assert highest == (dots if pinned else 0)
+
+
+def test_summary_records_backend_and_matmul_precision(tmp_path):
+    cfg = dataclasses.replace(TINY, steps=2, eval_every=2)
+    (summary,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
+    stored = json.loads((pathlib.Path(summary["run_dir"]) / "summary.json").read_text())
+    assert stored["backend"] == jax.default_backend()
+    assert stored["matmul_precision"] == "highest"
+
+
+def test_per_seed_split_batch_equals_individual_runs():
+    """split=per_seed: each run of a batch trains on its own split (the data is vmapped)."""
+    configs = [dataclasses.replace(TINY, split="per_seed", seed=s) for s in range(3)]
+    splits = [engine.load_data(c).y_train for c in configs]
+    assert not np.array_equal(splits[0], splits[1])
+    batched = engine.train(configs, progress=False)
+    for cfg, out in zip(configs, batched, strict=True):
+        (single,) = engine.train([cfg], progress=False)
+        np.testing.assert_allclose(
+            out.metrics["train_loss"], single.metrics["train_loss"], rtol=2e-5, atol=1e-7
+        )
+    # Seed 0's split is split_seed 0's: the run of split=fixed (to the batch's rounding).
+    (fixed,) = engine.train([dataclasses.replace(TINY, seed=0, split="fixed")], progress=False)
+    np.testing.assert_allclose(
+        batched[0].metrics["train_loss"], fixed.metrics["train_loss"], rtol=2e-5, atol=1e-7
+    )
+
+
+def test_warmup_and_eq_output():
+    """warmup_steps=W: update t runs at lr * min(t / W, 1), so the first update (lr 0) moves
+    nothing; eq_output: the loss sees p + 1 logits, accuracy and margin the p residues."""
+    cfg = dataclasses.replace(TINY, warmup_steps=4, eq_output=True)
+    (out,) = engine.train([cfg], progress=False)
+    norm = out.metrics["param_norm"]
+    assert norm[1] == norm[0] and norm[2] != norm[1]
+    model = build_model(cfg.model_config())
+    params = model.init(jax.random.key(0), jnp.float32)
+    assert params["w_u"].shape == (TINY.d_model, TINY.p + 1)
+    np.testing.assert_allclose(engine.warmup(jnp.float32(2.0), jnp.int32(1), 4), 0.5)
+    assert engine.warmup(jnp.float32(2.0), jnp.int32(9), 4) == 2.0
+
+
+def test_init_scales():
+    """Squared parameter norm at init of the width-64 model: 870 (Nanda), 642 (fan-in), 534 (TL)
+    in expectation; one draw sits within a few percent."""
+    expected = {"nanda": 865.0, "fan_in": 642.0, "tl": 533.8}
+    for init, value in expected.items():
+        params = build_model(RunConfig(init=init).model_config()).init(jax.random.key(0), "float32")
+        total = sum(float(jnp.sum(jnp.square(v))) for v in params.values())
+        assert abs(total / value - 1) < 0.03, (init, total)

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 CHANGED = "numbers changed: if intended, bump CONFIG_VERSION"
 RTOL = 1e-6  # fp32 carries ~7 digits; the same program on the same backend repeats to the bit
 
-GOLDEN_CONFIG_VERSION = 1
+GOLDEN_CONFIG_VERSION = 3
 GOLDEN_QUANT_VERSION = 2
 
 # p = 7, width 8, 3 full-batch steps of the reference AdamW recipe in fp32 (step t: the
@@ -39,6 +39,9 @@ GOLDEN_GROKKING = {
     "adam_step": [0.9063174724578857, 0.8971005082130432, 0.8925541043281555],
     "param_norm": [10.42329216003418, 10.411787033081055, 10.400289535522461],
 }
+
+# The same config at seed 1 draws its own split (split=per_seed, CONFIG_VERSION 3): train_loss.
+GOLDEN_SEED1_TRAIN_LOSS = [2.3756356239318848, 2.348179578781128, 2.3221793174743652]
 
 # One encoder layer, clipped softmax, 2 steps on a fixed synthetic text: the loss before and
 # after one AdamW step, and the final parameters' global L2 norm (float64 sum of squares).
@@ -73,6 +76,12 @@ def test_grokking_steps_are_golden(loss):
     for name, expected in GOLDEN_GROKKING.items():
         assert out.metrics[name].dtype == np.float32, name
         _check(f"{loss} {name}", out.metrics[name], expected)
+
+
+def test_per_seed_split_is_golden():
+    cfg = config.RunConfig(p=7, d_model=8, n_heads=2, steps=3, eval_every=3, seed=1)
+    (out,) = engine.train([cfg], progress=False)
+    _check("seed 1 train_loss", out.metrics["train_loss"], GOLDEN_SEED1_TRAIN_LOSS)
 
 
 def _synthetic_text() -> str:

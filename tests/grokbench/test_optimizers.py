@@ -135,9 +135,38 @@ def test_track_sqrt_v_survives_fp32_gradient_underflow():
     # Constant g: every bias-corrected step is -sign(g) exactly in the limit; 0 stays 0.
     for u in tracked:
         np.testing.assert_allclose(u["w"], [-1.0, 1.0, 0.0], rtol=1e-6)
-    # Plain LaProp squares g to 0 and divides a non-zero g by sqrt(0): +-inf.
-    assert np.all(np.isinf(np.asarray(plain[0]["w"][:2])))
-    assert plain[0]["w"][2] == 0
+    # Plain LaProp squares g to 0: g / sqrt(0) is clipped to its bound sqrt((1 - b2^t) / (1 - b2)),
+    # which is the exact ratio at step 1 (and finite, not +-inf, after it).
+    np.testing.assert_allclose(plain[0]["w"], [-1.0, 1.0, 0.0], rtol=1e-6)
+    for u in plain:
+        assert np.all(np.isfinite(np.asarray(u["w"])))
+
+
+def test_laprop_eps_zero_survives_flush_to_zero():
+    """fig4's eps = 0 path: sqrt(1 - b2) |g| below the smallest normal fp32 (1.2e-38) is flushed
+    to zero by XLA's CPU backend, so the tracked sqrt(v) is 0 while g is not: g / 0 gave inf.
+    The ratio is clipped to its exact bound instead (1 at step 1: the step is -lr sign(g))."""
+    g = jnp.asarray([2e-38, -5e-38, 1e-37, 0.0], jnp.float32)  # normal fp32 gradients
+    assert float(np.sqrt(np.float32(0.02)) * np.float32(2e-38)) < np.finfo(np.float32).tiny
+    params = {"w": jnp.ones((4,), jnp.float32)}
+    tx = opt.laprop(1.0, b2=0.98, eps=0.0, track_sqrt_v=True)
+    updates, _, _ = jax.jit(lambda p, gs: _run(tx, p, gs))(params, [{"w": g}] * 3)
+    for t, u in enumerate(updates, 1):
+        w = np.asarray(u["w"])
+        assert np.all(np.isfinite(w)), (t, w)
+        bound = np.sqrt((1 - 0.98**t) / (1 - 0.98))
+        assert np.all(np.abs(w) <= bound * (1 + 1e-6)), (t, w)
+        assert w[3] == 0
+    np.testing.assert_allclose(updates[0]["w"][2], -1.0, rtol=1e-6)  # 1e-37 stays exact
+    np.testing.assert_allclose(updates[0]["w"][:2], [-1.0, 1.0], rtol=1e-6)  # flushed: capped
+
+
+def test_laprop_ratio_bound_is_the_exact_worst_case():
+    """A first gradient after zeros reaches sqrt((1 - b2^t) / (1 - b2)) and the clip keeps it."""
+    b2 = 0.98
+    grads = [{"w": jnp.zeros((1,), jnp.float32)}] * 4 + [{"w": jnp.ones((1,), jnp.float32)}]
+    updates, _, _ = _run(opt.scale_by_laprop(b1=0.0, b2=b2, eps=0.0), {"w": jnp.zeros((1,))}, grads)
+    np.testing.assert_allclose(updates[-1]["w"], np.sqrt((1 - b2**5) / (1 - b2)), rtol=1e-6)
 
 
 @pytest.mark.parametrize(
