@@ -174,6 +174,11 @@ def _gap(r: dict, bits: str = "w8a8") -> float:
     return r[f"{bits}_perplexity"] / r["fp_perplexity"] - 1
 
 
+def _fp_to_w8a8(r: dict) -> str:
+    """A row's FP and W8A8 perplexities and the relative gap, as the report prints them."""
+    return f"FP {r['fp_perplexity']:.2f} -> W8A8 {r['w8a8_perplexity']:.2f} ({100 * _gap(r):+.1f}%)"
+
+
 def _label(family: str, variant: str, r: dict | None) -> str:
     """The variant's name; the decoder gate says where its pi_init differs from the paper's."""
     name = r["label"] if r else variant
@@ -212,10 +217,7 @@ def _table2_rows(by, why_missing) -> list[Row]:
                 claim=f"{family}: vanilla W8A8 loses against floating point",
                 source=paper.QUANT_WHERE,
                 paper=f"FP {p_fp} -> W8A8 {p_w8}",
-                ours=lambda van=van: (
-                    f"FP {van['fp_perplexity']:.2f} -> W8A8 "
-                    f"{van['w8a8_perplexity']:.2f} ({100 * _gap(van):+.1f}%)"
-                ),
+                ours=lambda van=van: _fp_to_w8a8(van),
                 tolerance=f"W8A8 perplexity >= {1 + paper.VANILLA_LOSS:g}x FP",
                 ok=None if van is None else loses,
                 why=why,
@@ -270,10 +272,7 @@ def _table2_rows(by, why_missing) -> list[Row]:
                     claim=f"{family}: {name} quantizes to W8A8 close to FP, where vanilla loses",
                     source=paper.QUANT_WHERE,
                     paper=f"FP {f_fp} -> W8A8 {f_w8} ({100 * paper_gap:+.1f}%)",
-                    ours=lambda r=r: (
-                        f"FP {r['fp_perplexity']:.2f} -> W8A8 "
-                        f"{r['w8a8_perplexity']:.2f} ({100 * _gap(r):+.1f}%)"
-                    ),
+                    ours=lambda r=r: _fp_to_w8a8(r),
                     tolerance=f"within the paper's own gap for it, {100 * paper_gap:+.1f}%",
                     ok=None if not both or not loses else _gap(r) <= paper_gap,
                     why=why if not both else premise,
