@@ -38,6 +38,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], Callable[[Evidence], list[Row]]], ..
             "quant_attention_decoder.png",
             "quant_outlier_dims_encoder.png",
             "quant_outlier_dims_decoder.png",
+            *(f"quant_sweep_{axis}.png" for axis in quant.ABLATION_CLAIMS),
         ),
         quant.claims,
     ),
@@ -52,6 +53,9 @@ def evidence(ctx: Context) -> Evidence:
     if path.is_file():
         table = json.loads(path.read_text())
         table = table if table.get("quick") == ctx.quick else None
+    ablations = ctx.out / quant.ABLATIONS_FILE  # the full build's sweeps (quick scale)
+    if table is not None and not ctx.quick and ablations.is_file():
+        table = {**table, "ablations": json.loads(ablations.read_text())}
     bench = ctx.out / BENCH_FILE
     return Evidence(
         scale=ctx.scale,

@@ -2,7 +2,8 @@
 
 Modules, each importing only the ones before it: `config` (`QuantConfig`, its variants,
 bit widths and hashes), `train` (cached training), `evaluate` (perplexity, outlier metrics,
-simulated PTQ), `table` (`run_quant`: the recipe, quant_table.json and .md). Runs live in
+simulated PTQ), `table` (`run_quant`: the recipe, quant_table.json and .md;
+`run_ablations`: the paper's ablation sweeps). Runs live in
 the harness's `grokbench.store.Store` under ROOT/quant/{train,eval}/HASH.
 """
 
@@ -14,11 +15,13 @@ from grokbench.quant.config import QuantConfig as QuantConfig
 from grokbench.quant.config import parse_bits as parse_bits
 from grokbench.quant.evaluate import evaluate as evaluate
 from grokbench.quant.evaluate import load_evaluation as load_evaluation
+from grokbench.quant.table import ABLATIONS as ABLATIONS
 from grokbench.quant.table import DEFAULT_VARIANTS as DEFAULT_VARIANTS
 from grokbench.quant.table import QUICK as QUICK
 from grokbench.quant.table import format_markdown as format_markdown
 from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides
 from grokbench.quant.table import quant_configs as quant_configs
+from grokbench.quant.table import run_ablations as run_ablations
 from grokbench.quant.table import run_quant as run_quant
 from grokbench.quant.table import sweep_axes as sweep_axes
 from grokbench.quant.train import load_params as load_params

@@ -17,7 +17,7 @@ from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
 
 __all__ = ["BERT_GAMMA", "BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
 
-QUANT_VERSION = 2
+QUANT_VERSION = 3
 """Bumped when training or evaluation numbers change meaning; part of every quant hash."""
 
 VARIANTS: dict[str, tuple[str, str]] = {
@@ -108,6 +108,7 @@ class QuantConfig:
     steps: int = 2000  # six runs in ~20 minutes on 2 shared cores
     lr: float = 3e-3  # peak learning rate (the issue's probe; small models take larger rates)
     warmup_steps: int | None = None  # None -> 5% of steps
+    decay_lr: bool = True  # linear decay to 0 after warmup (BERT/OPT); false: constant
     b1: float = 0.9  # BERT/OPT
     b2: float | None = None  # None -> 0.999 (BERT) for the encoder, 0.95 (OPT) for the decoder
     eps: float = 1e-8  # AdamW default
@@ -219,15 +220,22 @@ class QuantConfig:
         return dataclasses.asdict(self)
 
     def train_dict(self) -> dict[str, Any]:
-        """The fields that decide the trained parameters (clipping fields dropped for softmax)."""
+        """The fields that decide the trained parameters, defaults resolved (so a default and
+        the same value written out share one record): gamma carries alpha; the clipping
+        fields are None for softmax, pi_init without a gate."""
         out = {k: v for k, v in self.to_dict().items() if k not in _EVAL_FIELDS}
-        if VARIANTS[self.variant][0] == "softmax":
-            out["alpha"] = out["gamma"] = out["zeta"] = None  # unused without clipping
-        elif self.family == "encoder" and self.gamma is None:
-            out["alpha"] = None  # the encoder's gamma is fixed, not -alpha/T
+        for name in ("b2", "weight_decay", "warmup_steps", "ln_weight_decay", "pi_init"):
+            out[name] = self.resolved(name)
+        out["alpha"] = None
+        clipped = VARIANTS[self.variant][0] == "clipped"
+        out["gamma"], out["zeta"] = (self.resolved("gamma"), self.zeta) if clipped else (None, None)
         if self.gate == "none":
             out["pi_init"] = None
         return out
+
+    def eval_dict(self) -> dict[str, Any]:
+        """The fields that decide an evaluation: `train_dict` and the PTQ fields."""
+        return {**self.train_dict(), **{k: getattr(self, k) for k in _EVAL_FIELDS}}
 
     def train_hash(self) -> str:
         """16 hex digits identifying the trained model."""
@@ -235,7 +243,7 @@ class QuantConfig:
 
     def eval_hash(self) -> str:
         """16 hex digits identifying the evaluation (training fields and PTQ fields)."""
-        return _hash({"quant_version": QUANT_VERSION, "kind": "eval", **self.to_dict()})
+        return _hash({"quant_version": QUANT_VERSION, "kind": "eval", **self.eval_dict()})
 
 
 def _hash(payload: dict) -> str:

@@ -143,7 +143,7 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
     inf: dict[str, list] = {n: [] for n in model.metric_taps()}
     first: dict[str, list] = {n: [] for n in model.metric_taps()}
     rest: dict[str, list] = {n: [] for n in model.metric_taps()}
-    kurt: dict[str, list] = {n: [] for n in model.metric_taps()}
+    kurt: dict[str, list] = {n: [] for n in model.kurtosis_taps()}
     sums: dict[str, np.ndarray] = {}
     example = None
     for batch in batches:
@@ -154,6 +154,7 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
             inf[n].extend(np.asarray(out["inf_norm"][n]).tolist())
             first[n].extend(np.asarray(out["inf_norm_first"][n]).tolist())
             rest[n].extend(np.asarray(out["inf_norm_rest"][n]).tolist())
+        for n in kurt:
             kurt[n].extend(np.asarray(out["kurtosis"][n]).tolist())
         for key in (
             "outlier_dims",
@@ -185,7 +186,7 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
     names = corpus.token_names()
     fields = {
         "fp_perplexity": float(np.exp(ce / w)),
-        "max_inf_norm": max(inf_avg.values()),
+        "max_inf_norm": max(inf_avg[n] for n in model.max_inf_norm_taps()),
         "avg_kurtosis": float(np.mean(list(kurt_avg.values()))),
         "max_kurtosis": max(kurt_avg.values()),
         "inf_norm_by_tensor": inf_avg,
@@ -230,7 +231,7 @@ def _eval_dir(store: Store, cfg: QuantConfig) -> pathlib.Path:
 
 def load_evaluation(store: Store, cfg: QuantConfig) -> dict | None:
     """The stored evaluation summary of `cfg`, or None (missing or damaged)."""
-    record = store.read_record(_eval_dir(store, cfg), cfg.to_dict(), ("analysis",))
+    record = store.read_record(_eval_dir(store, cfg), cfg.eval_dict(), ("analysis",))
     return None if record is None else record[0]
 
 
@@ -286,5 +287,5 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, store: Store) -> di
         "eval_seconds": time.perf_counter() - start,
         "analysis": str((run_dir / "analysis.npz").resolve()),  # for figures from any cwd
     }
-    store.write_record(run_dir, cfg.to_dict(), {"analysis": arrays}, summary)
-    return {**summary, "config": cfg.to_dict()}
+    store.write_record(run_dir, cfg.eval_dict(), {"analysis": arrays}, summary)
+    return {**summary, "config": cfg.eval_dict()}

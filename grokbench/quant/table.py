@@ -25,11 +25,13 @@ from grokbench.tables import fmt
 from tasks.quant import build_corpus
 
 __all__ = [
+    "ABLATIONS",
     "DEFAULT_VARIANTS",
     "QUICK",
     "format_markdown",
     "parse_quant_overrides",
     "quant_configs",
+    "run_ablations",
     "run_quant",
     "sweep_axes",
 ]
@@ -96,6 +98,33 @@ QUICK: dict[str, Any] = {
     "bits": "W8A8",
 }
 """`--quick`: the same recipe at half the width, 600 steps and W8A8 only: under 5 minutes."""
+
+
+ABLATIONS: dict[str, tuple[str, ...]] = {
+    "gamma": (
+        "families=encoder",
+        "variants=clipped",
+        "gamma=" + ",".join(f"{-a / QUICK['seq_len']:.4g}" for a in (0.5, 2, 8)),
+    ),
+    "pi_init": ("families=encoder", "variants=gated", "pi_init=0.25,0.5,0.9"),
+    "zeta": ("families=encoder", "variants=clipped", "zeta=1,1.03"),
+    "ln_weight_decay": ("families=decoder", "variants=vanilla,gated", "ln_weight_decay=true,false"),
+}
+"""The paper's ablations as sweeps (axis -> override tokens), run at the `--quick` scale:
+Fig. 6, gamma = -alpha/T for alpha 1/2, 2, 8 (BERT-6L); Fig. 7, the linear gate's pi_init
+over the range the paper calls robust (BERT-6L); Table 1, upper clipping zeta (BERT-base);
+Table 6, weight decay on LayerNorm gamma for vanilla and the linear gate (OPT-125m)."""
+
+
+def run_ablations(
+    results: pathlib.Path | str | None = None, progress: bool = True
+) -> dict[str, dict]:
+    """Every `ABLATIONS` sweep and the quick recipe's vanilla rows, their reference
+    (cached like `run_quant`): {"vanilla": table, AXIS: table, ...}, tables as `run_quant`'s."""
+    tables = {"vanilla": run_quant(True, None, ["variants=vanilla"], results, progress)}
+    for axis, tokens in ABLATIONS.items():
+        tables[axis] = run_quant(True, None, list(tokens), results, progress)
+    return tables
 
 
 def quant_configs(

@@ -39,13 +39,15 @@ __all__ = ["load_params", "train", "train_batches"]
 _CHUNK = 100  # steps per compiled call: progress updates every few seconds, compile once
 
 
-def _schedule(peak_lr: jax.Array, warmup: jax.Array, total: jax.Array):
-    """Linear warmup to `peak_lr`, then linear decay to 0 at `total` (BERT's and OPT's shape)."""
+def _schedule(peak_lr: jax.Array, warmup: jax.Array, total: jax.Array, decay: jax.Array):
+    """Linear warmup to `peak_lr`, then linear decay to 0 at `total` (BERT's and OPT's shape),
+    or, where `decay` is false, constant at `peak_lr`."""
 
     def lr(count: jax.Array) -> jax.Array:
         step = count.astype(jnp.float32) + 1
         up = step / jnp.maximum(warmup, 1.0)
         down = (total - step + 1) / jnp.maximum(total - warmup, 1.0)
+        down = jnp.where(decay, down, 1.0)
         return -peak_lr * jnp.clip(jnp.minimum(up, down), 0.0, 1.0)
 
     return lr
@@ -59,7 +61,7 @@ def _optimizer(
         optax.clip_by_global_norm(clip),
         scale_by_adam(b1, b2, eps),
         optax.masked(add_decayed_weights(hp["weight_decay"]), mask),
-        optax.scale_by_schedule(_schedule(hp["lr"], hp["warmup"], hp["steps"])),
+        optax.scale_by_schedule(_schedule(hp["lr"], hp["warmup"], hp["steps"], hp["decay_lr"])),
     )
 
 
@@ -138,6 +140,7 @@ def train(
         "weight_decay": jnp.float32(cfg.resolved("weight_decay")),
         "warmup": jnp.float32(cfg.resolved("warmup_steps")),
         "steps": jnp.float32(cfg.steps),
+        "decay_lr": jnp.asarray(cfg.decay_lr),
         "gamma": jnp.float32(cfg.resolved("gamma")),
         "zeta": jnp.float32(cfg.resolved("zeta")),
     }

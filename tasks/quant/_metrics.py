@@ -3,12 +3,15 @@
 Shape letters: B batch (samples), T positions, D features, H heads, N = T * D.
 
 - Infinity norm: per sample, max |x| over the whole (T, D) tensor; averaged over the
-  evaluation samples per tensor; the reported "max inf-norm" is the max of those
-  averages over the tensors listed by `QuantModelConfig.metric_taps`.
+  evaluation samples per tensor (every tensor of `QuantModelConfig.metric_taps`); the
+  reported "max inf-norm" is the max of those averages over
+  `QuantModelConfig.max_inf_norm_taps` (the encoder's FFN outputs, the decoder's layer
+  outputs: the tensors the paper's Table 2 reads).
 - Kurtosis: per sample over the flattened (T, D) tensor, mean((x - mu)^4) / (s^4 + 1e-6)
   with mu the mean and s the standard deviation with Bessel's correction (torch's
   default, as the public code); a Gaussian gives 3. Averaged over the samples per
-  tensor; "avg kurtosis" is the mean over the tensors, "max kurtosis" the max.
+  tensor; "avg kurtosis" is the mean over `QuantModelConfig.kurtosis_taps`, "max
+  kurtosis" the max.
 - Outliers (our operational choice; the paper counts them without stating a
   threshold): entries more than `n_sigma` = 6 standard deviations from their sample's
   mean, the 6-sigma rule of Bondarenko et al. (2021). Counted per hidden dimension (which

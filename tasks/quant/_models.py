@@ -103,17 +103,38 @@ class QuantModelConfig:
         return shapes
 
     def metric_taps(self) -> tuple[str, ...]:
-        """The tensors the outlier metrics read, as the paper's public code hooks them.
+        """The tensors whose inf-norm the lab measures, as the paper's validation scripts hook them.
 
-        encoder (BERT): each layer's FFN output and its output LN(h + FFN(h)).
-        decoder (OPT): each layer's attention-LN output, attention output projection,
-        FFN-LN output, FFN output and layer output (the residual stream), and the final LN.
+        encoder (validate_mlm.py): each layer's FFN output, its output LN(h + FFN(h)) and that
+        LayerNorm's input h + FFN(h).
+        decoder (validate_clm.py): each layer's attention-LN output, attention output
+        projection, FFN-LN output, FFN output and layer output (the residual stream), and the
+        final LN.
         """
         if self.family == "encoder":
-            per = ("ffn_out", "ffn_ln")
+            per = ("ffn_out", "ffn_ln", "ffn_res")
             return tuple(f"l{i}.{n}" for i in range(self.n_layers) for n in per)
         per = ("attn_ln", "attn_out", "ffn_ln", "ffn_out", "ffn_res")
         return (*(f"l{i}.{n}" for i in range(self.n_layers) for n in per), "final_ln")
+
+    def kurtosis_taps(self) -> tuple[str, ...]:
+        """The tensors whose kurtosis is averaged: `metric_taps` less the encoder's LN inputs
+        (validate_mlm.py takes kurtosis of the FFN and LN outputs only)."""
+        if self.family == "decoder":
+            return self.metric_taps()
+        return tuple(f"l{i}.{n}" for i in range(self.n_layers) for n in ("ffn_out", "ffn_ln"))
+
+    def max_inf_norm_taps(self) -> tuple[str, ...]:
+        """The tensors over which Table 2's "max inf. norm" is the maximum.
+
+        encoder: the FFN outputs (validate_mlm.py's "max FFN output inf norm"; the repo's
+        example output, 20.8 for clipped softmax, is Table 2's 21.5 +- 1.5).
+        decoder: the layer outputs, the residual stream (validate_clm.py's "max layer inf
+        norm"; its example, 9.1 for the gated OPT-125m, is Table 2's 8.7 +- 0.6, while the
+        max over every hooked tensor there reads 122.4).
+        """
+        kind = "ffn_out" if self.family == "encoder" else "ffn_res"
+        return tuple(f"l{i}.{kind}" for i in range(self.n_layers))
 
 
 def quant_model_init(key: jax.Array, cfg: QuantModelConfig, pi_init: float = 0.5) -> dict:

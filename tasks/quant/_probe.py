@@ -105,7 +105,7 @@ def _outlier_stats(cfg, seen, metric_names, tokens_BxT, delim_V, special_V) -> d
         # Position 0 ([BOS] / [CLS], the sink) against the rest: sink or residual growth?
         "inf_norm_first": {n: inf_norm(seen[n][:, :1]) for n in metric_names},
         "inf_norm_rest": {n: inf_norm(seen[n][:, 1:]) for n in metric_names},
-        "kurtosis": {n: kurtosis(seen[n]) for n in metric_names},
+        "kurtosis": {n: kurtosis(seen[n]) for n in cfg.kurtosis_taps()},
         "token_count": jnp.bincount(flat_tokens, length=v).astype(jnp.float32),
     }
     delim_BxT, special_BxT = delim_V[tokens_BxT], special_V[tokens_BxT]

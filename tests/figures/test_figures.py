@@ -453,7 +453,7 @@ def test_quant_claims_hold_fail_need_data_and_premise():
     assert tested and all(r.status == "holds" for r in tested), [
         (r.claim, r.ours) for r in tested if r.status != "holds"
     ]
-    assert all("grokbench quant" in r.note for r in good if r.status == "not tested")  # sweeps
+    assert all("full build" in r.note for r in good if r.status == "not tested")  # sweeps
     bad = quant.claims(Evidence("quick", quant=_quant(False)))
     fixed_rows = {r.claim for r in tested if "vanilla" not in r.claim.split(":")[1]}
     assert fixed_rows <= {r.claim for r in bad if r.status == "fails"}
@@ -478,6 +478,50 @@ def test_quant_claims_hold_fail_need_data_and_premise():
     rows = quant.claims(Evidence("quick", quant=table))
     cuts = [r for r in rows if " cuts the " in r.claim]
     assert cuts and all(r.status == "not tested" and "premise" in r.note for r in cuts)
+
+
+def _ablations(vanilla_inf: float, fixed_inf: float) -> dict:
+    def row(family, variant, axis, value, inf):
+        return {
+            "family": family,
+            "variant": variant,
+            "sweep": {axis: value},
+            "fp_perplexity": 10.0,
+            "max_inf_norm": inf,
+        }
+
+    def table(*rows):
+        return {"rows": list(rows)}
+
+    return {
+        "vanilla": table(*(row(f, "vanilla", "-", 0, vanilla_inf) for f in ("encoder", "decoder"))),
+        "gamma": table(*(row("encoder", "clipped", "gamma", g, fixed_inf) for g in (-1, -2, -3))),
+        "pi_init": table(*(row("encoder", "gated", "pi_init", p, fixed_inf) for p in (0.5, 0.9))),
+        "zeta": table(*(row("encoder", "clipped", "zeta", z, fixed_inf) for z in (1.0, 1.03))),
+        "ln_weight_decay": table(
+            row("decoder", "vanilla", "ln_weight_decay", True, fixed_inf),
+            row("decoder", "vanilla", "ln_weight_decay", False, vanilla_inf),
+        ),
+    }
+
+
+def test_quant_ablation_claims_need_the_full_build_and_outliers():
+    def statuses(ablations):
+        table = {**_quant(True), "ablations": ablations}
+        rows = quant.claims(Evidence("full", quant=table))[-len(quant.ABLATION_CLAIMS) :]
+        assert [r.source.split(", ")[-1] for r in rows] == [
+            "Fig. 6",
+            "Fig. 7",
+            "Table 1",
+            "Table 6",
+        ]
+        return [r.status for r in rows], rows
+
+    assert statuses(_ablations(500.0, 10.0))[0] == ["holds"] * 4
+    got, _ = statuses(_ablations(500.0, 400.0))  # the fixes cut nothing; zeta changes nothing
+    assert got == ["fails", "fails", "holds", "fails"]
+    got, rows = statuses(_ablations(5.0, 1.0))  # no outliers at the sweep's scale
+    assert got == ["not tested"] * 4 and all("premise not met" in r.note for r in rows)
 
 
 def test_fig6_spikes_only_once_c32_is_reached():
@@ -580,6 +624,7 @@ def test_quant_sweep_figure_plots_each_variant_against_the_swept_field(tmp_path)
     ]
     path = quant._sweep_figure(rows, "pi_init", tmp_path)
     assert path.name == "quant_sweep_pi_init.png" and path.stat().st_size > 1000
+
 
 def test_setup_study_figure_and_table(tmp_path, fake_engine):
     written = _build(tmp_path, ["setup_study"])

@@ -126,6 +126,13 @@ def test_config_defaults_hashes_and_checks():
     assert QuantConfig(variant="clipped", alpha=2.0).train_hash() == enc_clipped.train_hash()
     other = QuantConfig(family="decoder", variant="clipped", seq_len=128, alpha=2.0)
     assert other.train_hash() != clipped.train_hash()
+    # A default written out is the same model: one record.
+    assert QuantConfig(family="decoder", ln_weight_decay=True).train_hash() == decoder.train_hash()
+    assert (
+        QuantConfig(weight_decay=0.01, bits="W8A8").eval_hash()
+        == QuantConfig(bits="W8A8").eval_hash()
+    )
+    assert QuantConfig(decay_lr=False).train_hash() != vanilla.train_hash()
     assert QuantConfig(lr=1).lr == 1.0 and isinstance(QuantConfig(lr=1).lr, float)
     bads = ({"variant": "x"}, {"bits": "W8"}, {"pi_init": 1.0}, {"pi_init": 0.0}, {"steps": 0})
     for bad in (*bads, {"d_model": 30}, {"gamma": 0.0}, {"gamma": 0.1}):

@@ -113,6 +113,12 @@ def test_model_shapes_taps_and_causality(family):
     for n in ("emb.sum", "l0.q", "l0.scores", "l0.probs", "l0.gate", "l0.context", "l1.ffn_res"):
         assert n in names
     assert set(cfg.metric_taps()) <= set(names)
+    # The paper's scripts: Table 2's max inf-norm over the encoder's FFN outputs and the
+    # decoder's layer outputs; the encoder's LN inputs get an inf-norm but no kurtosis.
+    kind = "ffn_out" if family == "encoder" else "ffn_res"
+    assert cfg.max_inf_norm_taps() == (f"l0.{kind}", f"l1.{kind}")
+    assert set(cfg.max_inf_norm_taps()) <= set(cfg.kurtosis_taps()) <= set(cfg.metric_taps())
+    assert ("l0.ffn_res" in cfg.kurtosis_taps()) == (family == "decoder")
     changed = tokens.at[:, 7].set((tokens[:, 7] + 1) % 20)
     delta = jnp.abs(apply(params, changed) - logits).max(axis=(0, 2))
     if family == "decoder":  # causal: positions before 7 cannot see the change
