@@ -14,6 +14,7 @@ path of its quant_table.json) and writes, per model family:
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 
@@ -158,7 +159,7 @@ def draw(ctx) -> list[pathlib.Path]:
     """`grokbench figures quant`: the quant lab at the build's scale (cached), then its table
     (quant_table.json, quant_table.md) and figures in the build's output directory. The full
     build adds the paper's ablations (`grokbench.quant.ABLATIONS`, run at the quick scale:
-    ~13 short runs instead of ~40 minutes at full scale): quant_ablations.json and one
+    14 short runs instead of ~40 minutes at full scale): quant_ablations.json and one
     quant_sweep_AXIS.png each. The quick build draws none (it stays within its budget)."""
     from grokbench import quant
 
@@ -302,19 +303,18 @@ def _opt_clipped_rows(by, why_missing) -> list[Row]:
     why = why_missing("decoder", "clipped" if r is None else "vanilla")
     both = van is not None and r is not None
     loses = both and _gap(van) >= paper.VANILLA_LOSS
+    row = functools.partial(claim_row, source=f"{paper.QT}, Table 6, Sec. 5.4")
     return [
-        claim_row(
+        row(
             claim="decoder: clipped softmax raises kurtosis above vanilla's",
-            source=f"{paper.QT}, Table 6, Sec. 5.4",
             paper=f"kurtosis {v_kurt} -> {p_kurt}",
             ours=lambda: f"kurtosis {van['avg_kurtosis']:.1f} -> {r['avg_kurtosis']:.1f}",
             tolerance="higher than vanilla's",
             ok=None if not both else r["avg_kurtosis"] > van["avg_kurtosis"],
             why=why,
         ),
-        claim_row(
+        row(
             claim="decoder: clipped softmax quantizes worse than vanilla, where vanilla loses",
-            source=f"{paper.QT}, Table 6, Sec. 5.4",
             paper=f"W8A8 {v_w8} (FP {v_fp}) -> {p_w8} (FP {p_fp})",
             ours=lambda: f"vanilla {_fp_to_w8a8(van)}; clipped {_fp_to_w8a8(r)}",
             tolerance="W8A8 perplexity and its gap over FP both larger than vanilla's",
