@@ -2,6 +2,7 @@
 CLI's errors, and the reproduction report on a fabricated result set where claims fail."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -522,6 +523,16 @@ def test_quant_ablation_claims_need_the_full_build_and_outliers():
     assert got == ["fails", "fails", "holds", "fails"]
     got, rows = statuses(_ablations(5.0, 1.0))  # no outliers at the sweep's scale
     assert got == ["not tested"] * 4 and all("premise not met" in r.note for r in rows)
+
+
+def test_full_build_report_reads_the_ablation_sweeps(tmp_path):
+    (tmp_path / "quant_table.json").write_text(json.dumps({**_quant(True), "quick": False}))
+    (tmp_path / quant.ABLATIONS_FILE).write_text(json.dumps(_ablations(500.0, 10.0)))
+    full = Context(quick=False, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
+    rows = quant.claims(report.evidence(full))[-len(quant.ABLATION_CLAIMS) :]
+    assert [r.status for r in rows] == ["holds"] * 4
+    quick = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
+    assert report.evidence(quick).quant is None  # a full table is not the quick build's
 
 
 def test_fig6_spikes_only_once_c32_is_reached():
