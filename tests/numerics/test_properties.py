@@ -1,5 +1,7 @@
 """Deterministic property tests (hypothesis, derandomized): the identities every dtype must keep."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,19 @@ from tests.tolerances import DTYPES
 # Few distinct shapes, so JAX compiles each function a handful of times.
 PROFILE = settings(derandomize=True, max_examples=40, deadline=None)
 SIZES = (1, 2, 3, 7, 31)
+
+# Jitted once per shape and dtype: run eagerly, every example compiled each op anew.
+_softmax = jax.jit(numerics.softmax)
+_log_softmax = jax.jit(numerics.log_softmax)
+_ce_value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(numerics.cross_entropy)))
+
+
+@functools.partial(jax.jit, static_argnames="temperature")
+def _soft_target_grad(student, teacher, temperature=1.0):
+    def loss(s):
+        return numerics.soft_target_cross_entropy(s, teacher, temperature=temperature).sum()
+
+    return jax.grad(loss)(student)
 
 
 @st.composite
@@ -35,8 +50,8 @@ def _eps(dtype):
 def test_softmax_rows_sum_to_one_and_log_softmax_is_non_positive(case):
     z, dtype = case
     with jax.enable_x64(True):
-        probs = np.asarray(numerics.softmax(jnp.asarray(z)), np.float64)
-        logs = np.asarray(numerics.log_softmax(jnp.asarray(z)), np.float64)
+        probs = np.asarray(_softmax(jnp.asarray(z)), np.float64)
+        logs = np.asarray(_log_softmax(jnp.asarray(z)), np.float64)
     k = z.shape[-1]
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=4 * k * _eps(dtype))
     assert np.all(logs <= 0)
@@ -49,8 +64,8 @@ def test_shift_invariance(case, shift):
     shifted = (z.astype(np.float64) + shift).astype(dtype)
     # Shifting re-rounds the logits; compare both against their own float64 result.
     with jax.enable_x64(True):
-        a = np.asarray(numerics.softmax(jnp.asarray(z)), np.float64)
-        b = np.asarray(numerics.softmax(jnp.asarray(shifted)), np.float64)
+        a = np.asarray(_softmax(jnp.asarray(z)), np.float64)
+        b = np.asarray(_softmax(jnp.asarray(shifted)), np.float64)
     tol = 8 * _eps(dtype) * (1 + np.abs(z.astype(np.float64)).max() + abs(shift))
     np.testing.assert_allclose(a, b, atol=tol)
 
@@ -62,9 +77,7 @@ def test_cross_entropy_non_negative_and_gradients_sum_to_zero(case):
     z, labels = case
     dtype = z.dtype
     with jax.enable_x64(True):
-        loss, grad = jax.vmap(jax.value_and_grad(numerics.cross_entropy))(
-            jnp.asarray(z), jnp.asarray(labels)
-        )
+        loss, grad = _ce_value_and_grad(jnp.asarray(z), jnp.asarray(labels))
     assert np.all(np.asarray(loss, np.float64) >= 0)
     grad = np.asarray(grad, np.float64)
     # Zero within the rounding of the K entries (each below 1 in magnitude).
@@ -77,9 +90,7 @@ def test_soft_target_gradient_is_exactly_zero_at_the_teacher(case, temperature):
     z, _ = case
     with jax.enable_x64(True):
         x = jnp.asarray(z)
-        grad = jax.grad(
-            lambda s: numerics.soft_target_cross_entropy(s, x, temperature=temperature).sum()
-        )(x)
+        grad = _soft_target_grad(x, x, temperature=temperature)
     assert np.all(np.asarray(grad) == 0), "fixed soft-target CE must be exactly zero"
 
 
@@ -90,9 +101,7 @@ def test_soft_target_gradient_sums_to_zero(case, data):
     noise = data.draw(hnp.arrays(np.float64, teacher.shape, elements=st.floats(-1, 1)))
     student = (teacher.astype(np.float64) + noise).astype(dtype)
     with jax.enable_x64(True):
-        grad = jax.grad(
-            lambda s: numerics.soft_target_cross_entropy(s, jnp.asarray(teacher)).sum()
-        )(jnp.asarray(student))
+        grad = _soft_target_grad(jnp.asarray(student), jnp.asarray(teacher))
     np.testing.assert_allclose(
         np.asarray(grad, np.float64).sum(-1), 0.0, atol=4 * teacher.shape[-1] * _eps(dtype)
     )
