@@ -34,7 +34,7 @@ def _use_all_cores() -> None:
     """Split the CPU into one JAX host device per core, unless XLA_FLAGS already chooses.
 
     Must run before jax is imported. The engine shards a batch of runs over the devices, so
-    each core trains its share of the seeds (grokbench.engine._place).
+    each core trains its share of the seeds (grokbench.engine.shard_runs).
     """
     flags = os.environ.get("XLA_FLAGS", "")
     if "jax" in sys.modules or "xla_force_host_platform_device_count" in flags:

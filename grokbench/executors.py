@@ -6,7 +6,7 @@ caller (`experiment.run_configs`) summarizes and stores them, so only one proces
 writes the store.
 
 - `LocalExecutor`: one unit after another in this process; the engine shards each unit's
-  run axis over every local JAX device (`jax.sharding`, `engine._place`).
+  run axis over every local JAX device (`jax.sharding`, `engine.shard_runs`).
 - `RayExecutor`: every unit is a Ray task, scheduled by Ray over the cluster at
   `address` (default: a new local Ray instance). Workers get this process's `XLA_FLAGS`
   (so as many host devices as here: the same padding and sharding, the same compiled
