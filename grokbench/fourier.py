@@ -1,4 +1,4 @@
-"""Fourier progress measures (Nanda et al. 2023), computed inside the engine every `eval_every` steps.
+"""Fourier progress measures (Nanda et al. 2023), taken in the engine every `eval_every` steps.
 
 Nanda, Chan, Lieberum, Smith and Steinhardt, "Progress measures for grokking via mechanistic
 interpretability" (ICLR 2023), Sec. 5.1, and their code (mechanistic-interpretability-grokking/
@@ -69,8 +69,8 @@ from grokbench.tables import finite_or_none
 from tasks import modular_table
 
 __all__ = [
-    "FOURIER_TASKS",
     "FOURIER_COLUMNS",
+    "FOURIER_TASKS",
     "KEY_SHARE",
     "columns",
     "fourier_basis",
