@@ -133,9 +133,9 @@ class RunConfig:
     steps: int = 10_000  # fig2-top / Table 1 train 10,000 full-batch steps
     eval_every: int = 100  # test loss/accuracy cadence; 1% of the steps costs ~nothing
     warmup_steps: int = 0  # W > 0: lr (and so decay) x min(t / W, 1) at update t (Nanda: 10)
-    # Nanda et al.'s progress measures every eval_every steps (grokbench.fourier); they move no
-    # training number, so runs stored before them keep their hash (and are retrained for them).
-    progress_measures: bool = True
+    # The measures move no training number: runs stored before them keep their hash (and are
+    # retrained once, for the missing columns: grokbench.experiment).
+    progress_measures: bool = True  # Nanda et al.'s progress measures every eval_every (fourier)
     seed: int = 0  # model init seed (runs of a sweep use seed, seed + 1, ...)
     # Distillation (fig7, grokbench.distill); off by default: a run trains from scratch.
     teacher_steps: int = 0  # N > 0: the student starts as a teacher trained N steps (fig7: 5,000)

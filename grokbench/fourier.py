@@ -198,14 +198,14 @@ def measures_fn(
         grid_PxPxK = z.astype(dt).reshape(p, p, -1)
         a_cos_FxK = jnp.einsum("fab,abk->fk", u_cos.astype(dt), grid_PxPxK)
         a_sin_FxK = jnp.einsum("fab,abk->fk", u_sin.astype(dt), grid_PxPxK)
-        mean_K = jnp.mean(grid_PxPxK, axis=(0, 1))
-        centred = jnp.sum(jnp.square(grid_PxPxK - mean_K))
+        mean_11K = jnp.mean(grid_PxPxK, axis=(0, 1), keepdims=True)
+        centred = jnp.sum(jnp.square(grid_PxPxK - mean_11K))
         energy_F = jnp.sum(jnp.square(a_cos_FxK) + jnp.square(a_sin_FxK), axis=-1)
         share_F = energy_F / jnp.maximum(centred, jnp.finfo(dt).tiny)
         key_F = (share_F >= KEY_SHARE).astype(dt)[:, None]
         kept_PxPxK = jnp.einsum("fab,fk->abk", u_cos.astype(dt), key_F * a_cos_FxK)
         kept_PxPxK += jnp.einsum("fab,fk->abk", u_sin.astype(dt), key_F * a_sin_FxK)
-        restricted = (mean_K + kept_PxPxK).reshape(p * p, -1)
+        restricted = (mean_11K + kept_PxPxK).reshape(p * p, -1)
         excluded = (grid_PxPxK - kept_PxPxK).reshape(p * p, -1)
         train_N = x_train[:, 0] * p + x_train[:, 1]
         y_all = jnp.asarray(labels)

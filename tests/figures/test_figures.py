@@ -27,6 +27,7 @@ from grokbench import cli, engine, metrics, recipes
 from grokbench.config import RunConfig
 from grokbench.precision import get_precision
 from grokbench.store import Store
+from tests.fakes import progress_columns
 
 # Every recipe shrunk to a few steps of a tiny task: the figures' code paths, not science.
 TINY = {"p": (7,), "steps": (100,), "eval_every": (50,), "seeds": (2,)}
@@ -50,6 +51,7 @@ def _fake_metrics(cfg, spiky: bool):
         "test_step": np.arange(1, tests + 1) * cfg.eval_every,
         "test_loss": np.zeros(tests),
         "test_acc": np.linspace(0.2, 1.0, tests),
+        **progress_columns(cfg, tests),
     }
 
 
