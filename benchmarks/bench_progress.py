@@ -20,17 +20,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# As `grokbench run` and bench_engine.py do: one JAX host device per core, set before jax loads.
-_DEVICES = next((a.split("=")[1] for a in sys.argv if a.startswith("--devices=")), None)
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "")
-    + f" --xla_force_host_platform_device_count={_DEVICES or os.cpu_count() or 1}"
-).strip()
+# bench_engine.py's set-up, so both time the same thing: one JAX host device per core (or
+# --devices=N), set before jax loads.
+import bench_engine  # noqa: F401
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from grokbench import engine  # noqa: E402
-from grokbench.config import RunConfig  # noqa: E402
+from grokbench import engine
+from grokbench.config import RunConfig
 
 
 def _time(cfgs: list[RunConfig]) -> tuple[float, float]:
