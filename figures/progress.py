@@ -42,11 +42,13 @@ def _column(axes, run) -> None:
     phases = progress.phases(m)
     ax_loss, ax_freq, ax_norm = axes
     color = LOSS_COLORS[run.config.loss]
-    ax_loss.plot(m["step"], np.maximum(m["train_ce"], 1e-12), color=color, lw=0.8, label="train")
+    ax_loss.plot(m["step"], np.maximum(m["train_ce"], 1e-9), color=color, lw=0.8, label="train")
     tests = m["test_step"]
     ax_loss.plot(tests, m["test_loss"], color="k", lw=0.9, label="test")
-    ax_loss.plot(tests, m["restricted_loss"], color="tab:green", lw=0.9, label="restricted")
-    ax_loss.plot(tests, m["excluded_loss"], color="tab:purple", lw=0.9, label="excluded")
+    # Losses below 1e-9 (a restricted loss of ~1e-8 can round to 0 or below) sit on the floor.
+    for name, c in (("restricted_loss", "tab:blue"), ("excluded_loss", "tab:purple")):
+        label = name.removesuffix("_loss")
+        ax_loss.plot(tests, np.maximum(m[name], 1e-9), color=c, lw=0.9, label=label)
     ax_loss.set_yscale("log")
     ax_loss.set_ylabel("loss (nats)")
     ax_loss.set_title(f"{run.config.loss} CE, seed {run.config.seed}", loc="left")
@@ -62,6 +64,7 @@ def _column(axes, run) -> None:
         interpolation="nearest",
     )
     ax_freq.set_ylabel("frequency k")
+    ax_freq.set_yticks(range(1, share.shape[1] + 1, 2))
     ax_freq.figure.colorbar(image, ax=ax_freq, label="share of logit norm", pad=0.01)
     ax_norm.plot(tests, m["gini"], color="tab:orange", lw=0.9)
     ax_norm.set_ylabel("Gini of embedding", color="tab:orange")
