@@ -21,6 +21,9 @@ they stay when a result misses. The rules, decided from the text:
 - Counts and orderings ("no spikes", "repeatedly", "groks faster on all 5 seeds", "lags")
   are tested exactly as worded.
 
+Prieto et al.'s ⊥Grad claim (`ORTHOGRAD`, "Grokking at the edge of numerical stability") is
+stated without a number and tested as worded; its row is in figures/progress.py.
+
 The Quantizable Transformers numbers are from its Table 2 (BERT-base ~ our encoder,
 OPT-125m ~ our decoder), Tables 5, 6 and 10; the text's claims (Sec. 5.4: "reduce outlier
 metrics by 1-3 orders of magnitude, maintain or slightly improve floating-point performance")
