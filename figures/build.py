@@ -32,6 +32,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "fig7": ("figures.fig7", "draw"),
     "quant": ("figures.quant", "draw"),
     "setup_study": ("figures.setup_study", "draw"),
+    "progress": ("figures.progress", "draw"),
 }
 """Every figure/table by name -> (module, function taking a Context, returning paths)."""
 

@@ -29,6 +29,7 @@ __all__ = [
     "FIGURE_OF",
     "HOLDS",
     "NOT_TESTED",
+    "RUN_ONLY",
     "Evidence",
     "Row",
     "claim_row",
@@ -52,6 +53,9 @@ FIGURE_OF: dict[str, str] = {
     "fig7": "fig7",
 }
 """The `grokbench figures` name whose build makes each recipe's runs."""
+
+RUN_ONLY: tuple[str, ...] = ("orthograd",)
+"""Recipes the report reads that no figure draws: `grokbench run NAME` makes their runs."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,6 +90,9 @@ class Evidence:
 
     def why(self, recipe: str, full: bool = False) -> str:
         """Why `runs(recipe, full)` may be empty, with the command that makes the runs."""
+        if recipe in RUN_ONLY:
+            quick = " --quick" if self.scale == "quick" and not full else ""
+            return f"no {recipe} runs of this scale in the store (`grokbench run {recipe}{quick}`)"
         figure = FIGURE_OF.get(recipe, recipe)
         if full and self.scale != "full":
             return (

@@ -21,6 +21,9 @@ they stay when a result misses. The rules, decided from the text:
 - Counts and orderings ("no spikes", "repeatedly", "groks faster on all 5 seeds", "lags")
   are tested exactly as worded.
 
+Prieto et al.'s ⊥Grad claim (`ORTHOGRAD`, "Grokking at the edge of numerical stability") is
+stated without a number and tested as worded; its row is in figures/progress.py.
+
 The Quantizable Transformers numbers are from its Table 2 (BERT-base ~ our encoder,
 OPT-125m ~ our decoder), Tables 5, 6 and 10; the text's claims (Sec. 5.4: "reduce outlier
 metrics by 1-3 orders of magnitude, maintain or slightly improve floating-point performance")
@@ -35,6 +38,9 @@ import math
 __all__ = [
     "FIX",
     "MARGIN_TOL",
+    "ORTHOGRAD",
+    "ORTHO_LOSSES",
+    "PRIETO",
     "QT",
     "Number",
     "accuracy_tolerance",
@@ -203,6 +209,26 @@ FIG4_UNDERFLOW = margin(
 )
 
 FULL_ACCURACY = rounded(100.0, "reaches 100 % test accuracy", f"{FIX}, Sec. 6, Fig. 6", 0)
+
+# --- Prieto et al. (Grokking at the edge of numerical stability, ICLR 2025): ⊥Grad ---------
+
+PRIETO = "Prieto et al. 2025"
+
+ORTHOGRAD = Number(
+    value=1.0,
+    stated="⊥Grad leads to quick generalization in grokking tasks by preventing NLM altogether; "
+    "mitigating SC leads to grokking without regularization",
+    where=f"{PRIETO}, abstract",
+    tol=0.0,
+    why="stated without a number, so tested as worded: the fraction of seeds of ⊥Grad at "
+    "weight decay 0 with standard CE (⊥Grad alone: StableMax is credited separately) that "
+    "reach >= 99 % test "
+    "accuracy within the recipe's 10,000 steps must be 1",
+)
+"""Prieto et al.'s ⊥Grad claim: every seed groks without weight decay (figures/progress.py)."""
+
+ORTHO_LOSSES = ("standard", "stablemax", "fixed")
+"""The losses of the orthograd recipe, in the report's order."""
 
 # Table 1 (a+b mod 31, lambda 1): (precision, loss) -> eps -> (acc %, std, final margin).
 TABLE1: dict[tuple[str, str], dict[float, tuple[float, float, float]]] = {

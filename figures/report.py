@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from figures import fig1, fig2, fig3, fig4, fig6, fig7, quant, table1
+from figures import fig1, fig2, fig3, fig4, fig6, fig7, progress, quant, table1
 from figures._common import Context
-from figures.claims import FAILS, FIGURE_OF, HOLDS, NOT_TESTED, Evidence, Row
+from figures.claims import FAILS, FIGURE_OF, HOLDS, NOT_TESTED, RUN_ONLY, Evidence, Row
 from grokbench.store import atomic_write_bytes
 
 __all__ = ["SECTIONS", "count", "evaluate", "evidence", "format_counts", "markdown", "write"]
@@ -31,6 +31,11 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], Callable[[Evidence], list[Row]]], ..
     ("Table 1 and Fig. 5: precisions and losses", ("fig5.png",), table1.claims),
     ("Fig. 6: four benchmarks", ("fig6.png",), fig6.claims),
     ("Fig. 7: distillation", ("fig7.png",), fig7.claims),
+    (
+        "Progress measures and ⊥Grad (Nanda et al., Prieto et al.)",
+        ("progress.png",),
+        progress.claims,
+    ),
     (
         "Quantizable transformers",
         (
@@ -59,7 +64,7 @@ def evidence(ctx: Context) -> Evidence:
     bench = ctx.out / BENCH_FILE
     return Evidence(
         scale=ctx.scale,
-        recipes={name: ctx.runs(name, train=False) for name in FIGURE_OF},
+        recipes={name: ctx.runs(name, train=False) for name in (*FIGURE_OF, *RUN_ONLY)},
         quant=table,
         bench=json.loads(bench.read_text()) if bench.is_file() else None,
         store=ctx.store,

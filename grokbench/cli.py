@@ -262,6 +262,17 @@ def _slingshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress(args: argparse.Namespace) -> int:
+    from grokbench import progress
+
+    try:
+        rows = progress.analyze_dir(args.dir)
+    except (ValueError, FileNotFoundError) as err:
+        raise _Fail(str(err)) from None
+    print(progress.format_table(rows))
+    return 0
+
+
 def _recipes(args: argparse.Namespace) -> int:
     from grokbench import recipes
 
@@ -543,6 +554,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the slingshot spikes of each run in a directory",
         "Print every loss spike after memorization (rule: grokbench.slingshot): its step, peak "
         "loss, height, and the margins and past-cliff fraction just before.",
+        ("dir",),
+    )
+    command(
+        "progress",
+        _progress,
+        "the grokking phases of each run in a directory (Fourier progress measures)",
+        "Print each run's memorisation, circuit-formation, cleanup and grok steps (rules: "
+        "grokbench.progress), its key frequencies and its final restricted and excluded loss "
+        "(Nanda et al.'s progress measures, grokbench.fourier).",
         ("dir",),
     )
     q = command(

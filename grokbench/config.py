@@ -74,6 +74,8 @@ ADDED_FIELDS: tuple[str, ...] = (
     "init",
     "eq_output",
     "warmup_steps",
+    "progress_measures",
+    "orthograd",
 )
 """Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
 out of `identity` and the hash, so adding a field does not orphan the runs already stored.
@@ -123,6 +125,7 @@ class RunConfig:
     eps: float = 1e-8  # Adam's default; equilibrium margin log(1/eps) = 18.4 sits past c32
     weight_decay: float = 1.0  # lambda = 1 of Varma et al. (fig2-top, Table 1)
     track_sqrt_v: bool = False  # LaProp only: track sqrt(v) without squaring g (fig4 sets it)
+    orthograd: bool = False  # Prieto et al.'s ⊥Grad before the optimizer (optimizers.orthograd)
     # Numerics.
     precision: str = "fp32"  # the papers' default; 'bf16', 'fp64', or 'PARAM/COMPUTE'
     loss: str = "fixed"  # numerics.cross_entropy: the fix this lab is about
@@ -130,6 +133,9 @@ class RunConfig:
     steps: int = 10_000  # fig2-top / Table 1 train 10,000 full-batch steps
     eval_every: int = 100  # test loss/accuracy cadence; 1% of the steps costs ~nothing
     warmup_steps: int = 0  # W > 0: lr (and so decay) x min(t / W, 1) at update t (Nanda: 10)
+    # The measures move no training number: runs stored before them keep their hash (and are
+    # retrained once, for the missing columns: grokbench.experiment).
+    progress_measures: bool = True  # Nanda et al.'s progress measures every eval_every (fourier)
     seed: int = 0  # model init seed (runs of a sweep use seed, seed + 1, ...)
     # Distillation (fig7, grokbench.distill); off by default: a run trains from scratch.
     teacher_steps: int = 0  # N > 0: the student starts as a teacher trained N steps (fig7: 5,000)

@@ -28,9 +28,10 @@ import optax
 import tqdm
 
 import numerics
+from grokbench import fourier
 from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_key
-from grokbench.optimizers import Hyper, apply, scale_by_direction
+from grokbench.optimizers import Hyper, apply, orthograd, scale_by_direction
 from grokbench.precision import Precision, get_precision, precision_scope
 from tasks import build_model, modular_split
 
@@ -146,8 +147,10 @@ def chunk_evals(n_evals: int, chunk_steps: int, eval_every: int) -> int:
 
 
 def direction_tx(cfg: RunConfig, h: Hyper) -> optax.GradientTransformation:
-    """The optimizer direction of `cfg` with the numbers `h` (adam's weight_decay is 0)."""
-    return scale_by_direction(cfg.optimizer, h.b1, h.b2, h.eps, cfg.track_sqrt_v)
+    """The optimizer direction of `cfg` with the numbers `h` (adam's weight_decay is 0),
+    after ⊥Grad (`optimizers.orthograd`) when `cfg.orthograd`."""
+    direction = scale_by_direction(cfg.optimizer, h.b1, h.b2, h.eps, cfg.track_sqrt_v)
+    return optax.chain(orthograd(), direction) if cfg.orthograd else direction
 
 
 def build_forward(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Any, Callable]:
@@ -176,6 +179,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     # With `eq_output` the loss sees all p + 1 logits; accuracy and margins, as Nanda et
     # al.'s metrics, the p residues only.
     residues = (lambda z: z[:, : cfg.p]) if cfg.eq_output else (lambda z: z)
+    measure = fourier.measures_fn(cfg, lambda p, x: residues(forward(p, x)))
 
     def init_one(seed: jax.Array, h: Hyper) -> tuple[Any, Any]:
         params = model.init(jax.random.key(seed), policy.param_dtype)
@@ -194,7 +198,9 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
             grads,
             opt_state,
             params,
-            learning_rate=warmup(h.lr, opt_state.count, cfg.warmup_steps),
+            learning_rate=warmup(
+                h.lr, optax.tree_utils.tree_get(opt_state, "count"), cfg.warmup_steps
+            ),
             weight_decay=h.weight_decay,
         )
         step = metrics_lib.step_metrics(
@@ -211,7 +217,8 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     def evaluate(params: Any, data: Data) -> dict:
         logits = forward(params, data.x_test)
         loss = jnp.mean(objective(logits, data.y_test))
-        return metrics_lib.eval_metrics(residues(logits), loss, data.y_test)
+        out = metrics_lib.eval_metrics(residues(logits), loss, data.y_test)
+        return out if measure is None else {**out, **measure(params, data.x_train)}
 
     def chunk_one(state: tuple, h: Hyper, data: Data, n_blocks: int) -> tuple[tuple, tuple]:
         def block(state: tuple, _: None) -> tuple[tuple, tuple]:
@@ -406,9 +413,7 @@ def _columns(chunks: list[tuple], run: int, eval_every: int) -> dict[str, np.nda
         name: np.concatenate([c[0][name][run].reshape(-1) for c in chunks])
         for name in metrics_lib.STEP_METRICS
     }
-    tests = {
-        name: np.concatenate([c[1][name][run] for c in chunks]) for name in metrics_lib.TEST_METRICS
-    }
+    tests = {name: np.concatenate([c[1][name][run] for c in chunks]) for name in chunks[0][1]}
     n_steps = len(steps["train_loss"])
     return {
         "step": np.arange(n_steps, dtype=np.int64),

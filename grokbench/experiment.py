@@ -11,7 +11,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
-from grokbench import console, distill, executors, slingshot
+from grokbench import console, distill, executors, fourier, slingshot
 from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json, load_metrics
 from grokbench.tables import summary_table
@@ -88,8 +88,10 @@ def run_configs(
 def _load(store: Store, cfg: RunConfig) -> dict | None:
     """A finished run's summary; one written by an older summary rule is rebuilt from metrics."""
     summary = store.load_summary(cfg)
-    if summary is not None and not store.metrics_ok(cfg):
-        summary = None  # summary.json without whole metrics: a damaged run, trained again
+    if summary is not None and not store.metrics_ok(cfg, fourier.columns(cfg)):
+        # summary.json without whole metrics: a damaged run, or one stored before the
+        # progress measures (grokbench.fourier) existed: trained again.
+        summary = None
     rule = distill if cfg.teacher_steps else slingshot
     if summary is not None and summary.get("summary_version") != rule.SUMMARY_VERSION:
         metrics = load_metrics(store.run_dir(cfg))

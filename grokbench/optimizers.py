@@ -40,6 +40,7 @@ __all__ = [
     "apply",
     "bias_correction",
     "laprop",
+    "orthograd",
     "scale_by_adam",
     "scale_by_direction",
     "scale_by_laprop",
@@ -303,6 +304,36 @@ def scale_by_direction(
     raise ValueError(f"unknown optimizer {optimizer!r}")
 
 
+def orthograd() -> optax.GradientTransformation:
+    """Prieto et al.'s ⊥Grad ("Grokking at the edge of numerical stability", ICLR 2025, Sec. 6;
+    their `orthograd.py`): each parameter tensor's gradient g, flattened, loses its component
+    along the tensor w and is rescaled to g's norm:
+
+        g_orth = g - (w.g) / (w.w + 1e-30) w,    g_out = g_orth ||g|| / (||g_orth|| + 1e-30).
+
+    It removes the naive-loss-minimisation direction (scaling the weights) before the
+    optimizer sees the gradient: `optax.chain(orthograd(), adamw(...))` is their
+    `OrthoGrad(params, AdamW, ...)`. Stateless; needs `params`. The dot products and norms
+    are taken in float32 (float64 for float64 tensors), so the 1e-30 guards stay non-zero
+    for bf16 and fp16 tensors; the result has the gradient's dtype.
+    """
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("orthograd needs the parameters (pass params to update)")
+
+        def project(g: jax.Array, w: jax.Array) -> jax.Array:
+            dt = jnp.float64 if g.dtype == jnp.float64 else jnp.float32
+            g32, w32 = g.reshape(-1).astype(dt), w.reshape(-1).astype(dt)
+            g_orth = g32 - jnp.dot(w32, g32) / (jnp.dot(w32, w32) + 1e-30) * w32
+            scale = jnp.linalg.norm(g32) / (jnp.linalg.norm(g_orth) + 1e-30)
+            return (g_orth * scale).reshape(g.shape).astype(g.dtype)
+
+        return jax.tree.map(project, updates, params), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
 def apply(
     direction_tx: optax.GradientTransformation,
     grads: optax.Updates,
@@ -317,7 +348,7 @@ def apply(
     The chain of `adamw` and `laprop` (`adam` is weight_decay = 0), unrolled so the caller
     sees the direction itself. Returns (new params, direction, new direction state).
     """
-    out, opt_state = direction_tx.update(grads, opt_state)
+    out, opt_state = direction_tx.update(grads, opt_state, params)
     decayed, _ = add_decayed_weights(weight_decay).update(out, optax.EmptyState(), params)
     updates, _ = scale_by_learning_rate(learning_rate).update(decayed, optax.EmptyState())
     return optax.apply_updates(params, updates), out, opt_state

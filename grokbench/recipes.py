@@ -215,6 +215,25 @@ RECIPES: dict[str, Recipe] = {
             quick={"steps": 1500, "seeds": 2, "loss": "fixed"},
         ),
         Recipe(
+            "orthograd",
+            "⊥Grad (Prieto et al.): fig2-top with standard, StableMax and fixed CE, with and "
+            "without ⊥Grad, at weight decay 0 and 1 (paper: ⊥Grad groks without weight decay)",
+            _VARMA,
+            # Table 1's smallest seed count; Prieto et al.'s trainer chains ⊥Grad before AdamW
+            # (`OrthoGrad(params, AdamW)`), as RunConfig.orthograd does.
+            seeds=3,
+            grids=(
+                {
+                    "loss": ("standard", "stablemax", "fixed"),
+                    "orthograd": (False, True),
+                    "weight_decay": (0.0, 1.0),
+                },
+            ),
+            # Quick: 12 runs in 6 programs of 1,500 steps, 1 seed: the pipeline, not the answer
+            # (the claim is tested on the full recipe only).
+            quick={"steps": 1500, "seeds": 1},
+        ),
+        Recipe(
             "fig7",
             "distillation (Softmax Cancellation): a+b mod 53, the student starts as its teacher "
             "(5,000 steps, 100% test); Adam lr 2e-3, wd 0, eps 1e-8, T = 4, 2,000 steps; "

@@ -38,6 +38,7 @@ import numpy as np
 
 import numerics
 from grokbench.config import RunConfig
+from grokbench.fourier import summary_fields
 from grokbench.precision import get_precision
 from grokbench.tables import align, finite_or_none, run_keys
 
@@ -58,8 +59,10 @@ __all__ = [
     "summarize",
 ]
 
-SUMMARY_VERSION = 2
-"""Bumped when the summary's fields or the spike rule change: stored summaries are then rebuilt."""
+SUMMARY_VERSION = 3
+"""Bumped when the summary's fields or the spike rule change: stored summaries are then rebuilt.
+
+3: the progress fields (`grokbench.fourier.summary_fields`)."""
 
 SPIKE_FACTOR = 10.0
 """A spike's loss is at least this multiple of the running minimum since memorization."""
@@ -266,5 +269,6 @@ def summarize(
         "equilibrium_margin": finite_or_none(numerics.equilibrium_margin(cfg.eps)),
         "backend": backend,
         "matmul_precision": get_precision(cfg.precision).matmul_precision,
+        **summary_fields(metrics),
         "summary_version": SUMMARY_VERSION,
     }

@@ -19,12 +19,13 @@ import os
 import pathlib
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from grokbench.config import ConfigError, RunConfig, config_hash, from_stored, identity
+from grokbench.metrics import STEP_METRICS
 
 __all__ = [
     "Store",
@@ -93,13 +94,23 @@ def load_metrics(run_dir: pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def metrics_frame(run_dir: pathlib.Path) -> Any:
-    """A run's metrics as a pandas DataFrame indexed by step; test columns NaN off-cadence."""
+    """A run's metrics as a pandas DataFrame indexed by step; the columns taken every
+    `eval_every` steps (test metrics, progress measures) are NaN off-cadence, and a per-frequency
+    column NAME (evaluations x F) becomes the columns NAME_1 .. NAME_F."""
     import pandas as pd  # optional dependency, only for analysis
 
     cols = load_metrics(run_dir)
-    steps = {k: v for k, v in cols.items() if not k.startswith("test_")}
-    frame = pd.DataFrame(steps).set_index("step")
-    tests = pd.DataFrame({k: v for k, v in cols.items() if k.startswith("test_")})
+    per_step = ("step", *STEP_METRICS)
+    frame = pd.DataFrame({k: cols[k] for k in per_step if k in cols}).set_index("step")
+    evals = {}
+    for name, col in cols.items():
+        if name in per_step:
+            continue
+        if col.ndim == 1:
+            evals[name] = col
+        else:
+            evals.update({f"{name}_{j + 1}": col[:, j] for j in range(col.shape[1])})
+    tests = pd.DataFrame(evals)
     # Test metrics are taken after `test_step` updates: the state train step `test_step` sees.
     return frame.join(tests.set_index("test_step"), how="left")
 
@@ -140,8 +151,9 @@ class Store:
             raise RuntimeError(f"{path} holds a different config than its hash says")
         return summary
 
-    def metrics_ok(self, cfg: RunConfig) -> bool:
-        """Whether `cfg`'s metrics.npz reads back whole: every column, `cfg.steps` steps long."""
+    def metrics_ok(self, cfg: RunConfig, required: Sequence[str] = ()) -> bool:
+        """Whether `cfg`'s metrics.npz reads back whole: every column, `cfg.steps` steps long,
+        and the `required` ones among them (a run stored before a metric existed lacks it)."""
         try:
             # An open file of our own: np.load leaks its handle when the zip is unreadable.
             with open(self.run_dir(cfg) / "metrics.npz", "rb") as f, np.load(f) as npz:
@@ -150,7 +162,8 @@ class Store:
             return False  # missing, truncated, or a member failing its CRC
         n_steps, n_tests = len(cols.get("step", ())), len(cols.get("test_step", ()))
         lengths_ok = all(len(v) in (n_steps, n_tests) for v in cols.values())
-        return n_steps == cfg.steps and n_tests > 0 and lengths_ok
+        has_all = all(name in cols for name in required)
+        return n_steps == cfg.steps and n_tests > 0 and lengths_ok and has_all
 
     def remove_temporaries(self) -> int:
         """Delete the temporary files of writes a kill interrupted; only while no one writes."""

@@ -17,6 +17,7 @@ from figures import (
     fig6,
     fig7,
     paper,
+    progress,
     quant,
     report,
     setup_study,
@@ -28,6 +29,7 @@ from grokbench import cli, engine, metrics, recipes
 from grokbench.config import RunConfig
 from grokbench.precision import get_precision
 from grokbench.store import Store
+from tests.fakes import progress_columns
 
 # Every recipe shrunk to a few steps of a tiny task: the figures' code paths, not science.
 TINY = {"p": (7,), "steps": (100,), "eval_every": (50,), "seeds": (2,)}
@@ -51,6 +53,7 @@ def _fake_metrics(cfg, spiky: bool):
         "test_step": np.arange(1, tests + 1) * cfg.eval_every,
         "test_loss": np.zeros(tests),
         "test_acc": np.linspace(0.2, 1.0, tests),
+        **progress_columns(cfg, tests),
     }
 
 
@@ -86,7 +89,7 @@ def _images(written):
     return [p for paths in written.values() for p in paths if p.suffix in (".png", ".pdf")]
 
 
-@pytest.mark.parametrize("name", ["fig2", "fig5", "table1", "fig6"])
+@pytest.mark.parametrize("name", ["fig2", "fig5", "table1", "fig6", "progress"])
 def test_each_run_figure_writes_non_empty_files(tmp_path, fake_engine, name):
     written = _build(tmp_path, [name], out=tmp_path / "out")
     files = written[name]
@@ -406,11 +409,36 @@ def _fig7_runs(good: bool):
     return {"fig7": runs}
 
 
+def _orthograd(good: bool):
+    """The orthograd recipe: every standard-CE ⊥Grad seed at lambda 0 groks (good), or one
+    does not (bad); the settings the claim does not read are filled in alike."""
+    grid = recipes.RECIPES["orthograd"].grids[0]
+    runs = []
+    for loss in grid["loss"]:
+        for flag in grid["orthograd"]:
+            for wd in grid["weight_decay"]:
+                for s in range(3):
+                    tested = loss == "standard" and flag and wd == 0
+                    acc = 1.0 if good or not tested or s else 0.6
+                    runs.append(
+                        _run(
+                            "orthograd",
+                            loss=loss,
+                            orthograd=flag,
+                            weight_decay=wd,
+                            seed=s,
+                            test_accuracy=acc,
+                        )
+                    )
+    return {"orthograd": runs}
+
+
 CASES = {  # claim function -> (fabricated evidence, scale, recipes it reads)
     "fig2": (fig2.claims, _fig2),
     "table1": (table1.claims, _table1),
     "fig4": (fig4.claims, _fig4),
     "fig6": (fig6.claims, _fig6),
+    "progress": (progress.claims, _orthograd),
 }
 
 

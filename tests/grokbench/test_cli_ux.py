@@ -21,6 +21,7 @@ from figures._common import Context, Run
 from grokbench import cli, cliffs, console, engine, executors, experiment, metrics, store, sweep
 from grokbench.config import RunConfig, config_hash
 from grokbench.store import Store
+from tests.fakes import progress_columns
 
 # The smallest real run: a+b mod 7 (24 training examples), width 8, 20 steps.
 TINY = ["p=7", "d_model=8", "n_heads=2", "steps=20", "eval_every=10", "loss=fixed"]
@@ -55,6 +56,7 @@ def fake_engine(monkeypatch):
         cols = {name: np.full(n, 0.5) for name in metrics.STEP_METRICS}
         cols |= {name: np.full(n_tests, 0.5) for name in metrics.TEST_METRICS}
         cols |= {"step": np.arange(n), "test_step": cfg.eval_every * np.arange(1, n_tests + 1)}
+        cols |= progress_columns(cfg, n_tests)
         return [engine.RunOutput(c, cols, 0.1) for c in configs]
 
     monkeypatch.setattr(engine, "train", train)

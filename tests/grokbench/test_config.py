@@ -25,6 +25,7 @@ REQUIRED_RECIPES = [
     "fig6-cube",
     "fig4",
     "fig7",
+    "orthograd",
 ]
 CONTRACT_KEYS = [
     "task",

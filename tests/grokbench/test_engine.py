@@ -15,7 +15,7 @@ import optax
 import pytest
 
 import numerics
-from grokbench import engine, experiment, metrics
+from grokbench import engine, experiment, fourier, metrics
 from grokbench.config import RunConfig
 from grokbench.optimizers import adamw
 from grokbench.precision import precision_scope
@@ -41,7 +41,10 @@ def batched():
 
 def test_columns_and_shapes(batched):
     m = batched[0].metrics
-    assert set(m) == {"step", "test_step", *metrics.STEP_METRICS, *metrics.TEST_METRICS}
+    progress = fourier.columns(TINY)
+    assert set(m) == {"step", "test_step", *metrics.STEP_METRICS, *metrics.TEST_METRICS, *progress}
+    assert m["logit_freq_share"].shape == m["embed_freq_norm"].shape == (2, TINY.p // 2)
+    assert all(np.isfinite(m[k]).all() for k in progress)
     for name in ("step", *metrics.STEP_METRICS):
         assert m[name].shape == (TINY.steps,), name
     np.testing.assert_array_equal(m["test_step"], [10, 20])
@@ -246,8 +249,9 @@ def test_per_seed_split_batch_equals_individual_runs():
 
 def test_warmup_and_eq_output():
     """warmup_steps=W: update t runs at lr * min(t / W, 1), so the first update (lr 0) moves
-    nothing; eq_output: the loss sees p + 1 logits, accuracy and margin the p residues."""
-    cfg = dataclasses.replace(TINY, warmup_steps=4, eq_output=True)
+    nothing; eq_output: the loss sees p + 1 logits, accuracy and margin the p residues. With
+    ⊥Grad chained before AdamW (its state a tuple), the warmup still finds the step count."""
+    cfg = dataclasses.replace(TINY, warmup_steps=4, eq_output=True, orthograd=True)
     (out,) = engine.train([cfg], progress=False)
     norm = out.metrics["param_norm"]
     assert norm[1] == norm[0] and norm[2] != norm[1]

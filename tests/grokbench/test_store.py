@@ -10,6 +10,7 @@ import pytest
 
 from grokbench import config, engine, experiment, metrics, slingshot, store
 from grokbench.config import RunConfig, config_hash
+from tests.fakes import progress_columns
 
 CFG = RunConfig(p=7, steps=20, eval_every=10)
 
@@ -25,6 +26,7 @@ def _fake_metrics(cfg):
         "test_step": np.arange(1, n // cfg.eval_every + 1) * cfg.eval_every,
         "test_loss": np.zeros(n // cfg.eval_every, np.float32),
         "test_acc": np.full(n // cfg.eval_every, float(cfg.seed) / 10, np.float32),
+        **progress_columns(cfg, n // cfg.eval_every),
     }
 
 
