@@ -171,8 +171,11 @@ def _check_trains(cfg):
         dataclasses.replace(TINY, precision="bf16", loss="standard"),
         dataclasses.replace(TINY, optimizer="laprop", track_sqrt_v=True, eps=0.0),
         dataclasses.replace(TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0),
+        dataclasses.replace(
+            TINY, model="mlp", mlp_width=16, activation="quadratic", mlp_init="doshi", lr=1e-2
+        ),
     ],
-    ids=["bf16-standard", "laprop-eps0", "mlp-adam"],
+    ids=["bf16-standard", "laprop-eps0", "mlp-adam", "mlp-doshi"],
 )
 def test_variants_train(cfg):
     _check_trains(cfg)
