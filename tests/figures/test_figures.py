@@ -255,14 +255,14 @@ def _fig2(good: bool):
             metrics=_spiky(margin=16.6 if good else 10.0),
         )
 
-    def bottom(loss, seed):
+    def bottom(loss, seed, recipe="fig2-bottom", before=0.61, after=0.23):
         spiky = (
-            _spiky(n=2000, spike_at=1250)
+            _spiky(n=2000, spike_at=1250, acc_before=before, acc_after=after)
             if good
             else _spiky(n=2000, spike_at=1600, margin=10.0, acc_before=0.2, acc_after=0.9)
         )
         return _run(
-            "fig2-bottom",
+            recipe,
             loss=loss,
             seed=seed,
             spikes=1,
@@ -273,6 +273,11 @@ def _fig2(good: bool):
     return {
         "fig2-top": [top(loss, s) for loss in ("fixed", "standard") for s in range(5)],
         "fig2-bottom": [bottom(loss, s) for loss in ("fixed", "standard") for s in range(3)],
+        "fig2-bottom-cube": [
+            bottom(loss, s, "fig2-bottom-cube", 0.60, 0.21)
+            for loss in ("fixed", "standard")
+            for s in range(3)
+        ],
     }
 
 
@@ -556,7 +561,7 @@ def test_full_scale_claims_evaluate_on_fake_runs(tmp_path, fake_engine):
     ctx = Context(
         quick=False, out=tmp_path, store=Store(tmp_path / "store"), overrides=TINY, progress=False
     )
-    grokking = ("fig2-top", "fig2-bottom", "table1", "fig4", *fig6.RECIPES)
+    grokking = ("fig2-top", "fig2-bottom", "fig2-bottom-cube", "table1", "fig4", *fig6.RECIPES)
     ev = Evidence("full", {name: ctx.runs(name) for name in grokking}, store=ctx.store)
     rows = fig2.claims(ev) + table1.claims(ev) + fig4.claims(ev) + fig6.claims(ev)
     tested = {r.source for r in rows if r.status != "not tested"}
