@@ -207,7 +207,6 @@ def test_mlp_recipes_follow_doshi_and_gromovs_code():
         ("relu", "doshi", 1e-2, 2000),
         ("quadratic", "unit", 1e-2, 2000),
         ("quadratic", "doshi", 5e-3, 2000),
-        ("relu", "unit", 1e-2, 3000),
     }
 
 
