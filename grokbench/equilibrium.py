@@ -46,9 +46,9 @@ and every margin at the mean m (and D_n at their mean D):
 
     m = log(1/eps) + log(D / (lambda S)).
 
-The paper's log(1/eps) drops the second term. On fig4 (lambda 1) D / m is 6-8 and S
-grows from ~480 (eps 1e-4) to ~930 (eps 1e-24): D / (lambda S) < 1, so the plateau sits
-below log(1/eps), by less as eps falls (D grows with m faster than S grows). `balance_terms`
+The paper's log(1/eps) drops the second term. On fig4 (lambda 1) D / m is 6-8 and S is
+500-950 (eps 1e-4 ... 1e-24): D / (lambda S) < 1, so the plateau sits below log(1/eps), by
+less as eps falls (D grows with m faster than S grows). `balance_terms`
 computes D (a jvp along theta over the training set) and S from a run's final parameters;
 runs trained by `grokbench.experiment` store them in their summary (`radial_margin_slope`,
 `balance_norm`) when lambda > 0 and eps > 0. The group rows carry the second prediction
