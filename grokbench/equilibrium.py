@@ -49,10 +49,11 @@ and every margin at the mean m (and D_n at their mean D):
 The paper's log(1/eps) drops the second term. On fig4 (lambda 1) D / m is 6-8 and S is
 500-950 (eps 1e-4 ... 1e-24): D / (lambda S) < 1, so the plateau sits below log(1/eps), by
 less as eps falls (D grows with m faster than S grows). `balance_terms`
-computes D (a jvp along theta over the training set) and S from a run's final parameters;
-runs trained by `grokbench.experiment` store them in their summary (`radial_margin_slope`,
-`balance_norm`) when lambda > 0 and eps > 0. The group rows carry the second prediction
-`predicted_balance` beside log(1/eps); docs/equilibrium.md compares the two.
+(`grokbench.balance`) computes D (a jvp along theta over the training set) and S from a
+run's final parameters; runs trained by `grokbench.experiment` store them in their
+summary (`radial_margin_slope`, `balance_norm`) when lambda > 0 and eps > 0. The group
+rows carry the second prediction `predicted_balance` beside log(1/eps);
+docs/equilibrium.md compares the two.
 
 Groups (`group_rows`) are the runs with equal config except the seed (in a fig4 sweep:
 one per eps and weight decay). Their measured value is the mean (and sample std) of the
@@ -66,20 +67,17 @@ the plateau, or else the peak) and the fraction that then diverged.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 import numerics
-from grokbench import engine
+from grokbench.balance import balance_margin, balance_terms
 from grokbench.config import RunConfig, from_stored
-from grokbench.precision import get_precision, precision_scope
+from grokbench.precision import get_precision
 from grokbench.store import atomic_write_json, load_metrics
 from grokbench.sweep import dir_runs
 from grokbench.tables import align, finite_or_none, fmt, varying_keys
@@ -177,51 +175,6 @@ def underflow_margin(cfg: RunConfig) -> float:
     dtype = get_precision(cfg.precision).compute_dtype
     tiny = float(np.finfo(dtype).tiny)
     return -math.log(tiny) - math.log(cfg.modular_task().num_train)
-
-
-@functools.lru_cache(maxsize=16)
-def _radial_slope(static: RunConfig):
-    """jit(params, x, y) -> mean over examples of d m_n(c theta) / dc at c = 1."""
-    _, forward = engine.build_forward(static, get_precision(static.precision), fast=True)
-
-    def margins(scale: jax.Array, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-        logits = forward(jax.tree.map(lambda w: scale.astype(w.dtype) * w, params), x)
-        return numerics.logit_margin(logits[:, : static.p], y)
-
-    def slope(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-        one = jnp.ones((), jnp.float32)
-        _, d = jax.jvp(lambda c: margins(c, params, x, y), (one,), (one,))
-        return jnp.mean(d.astype(jnp.float32))
-
-    return jax.jit(slope)
-
-
-def balance_terms(cfg: RunConfig, params: Mapping[str, Any]) -> dict[str, float] | None:
-    """The radial update balance's D and S (module docstring) at `params`, `cfg`'s final
-    parameters; None where no balance exists (lambda = 0, eps = 0, a distillation run) or
-    where some lambda |theta_i| >= 1 (beyond any normalised step)."""
-    if not cfg.weight_decay or not cfg.eps or cfg.teacher_steps:
-        return None
-    flat = np.concatenate([np.ravel(np.asarray(w, np.float64)) for w in params.values()])
-    decay = cfg.weight_decay * np.abs(flat)
-    if not np.isfinite(flat).all() or (decay >= 1).any():
-        return None
-    with precision_scope(cfg.precision):
-        data = engine.load_data(cfg)
-        slope = _radial_slope(engine.static_config(cfg))(
-            jax.tree.map(jnp.asarray, dict(params)), data.x_train, data.y_train
-        )
-    return {
-        "radial_margin_slope": float(slope),
-        "balance_norm": float(np.sum(flat**2 / (1 - decay))),
-    }
-
-
-def balance_margin(cfg: RunConfig, slope: float | None, norm: float | None) -> float | None:
-    """log(1/eps) + log(D / (lambda S)): the balance's plateau (None without D and S)."""
-    if slope is None or norm is None or slope <= 0 or norm <= 0:
-        return None
-    return math.log(1 / cfg.eps) + math.log(slope / (cfg.weight_decay * norm))
 
 
 def run_rows(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]]) -> list[dict]:
