@@ -44,6 +44,7 @@ HOLDS, FAILS, NOT_TESTED = "holds", "fails", "not tested"
 FIGURE_OF: dict[str, str] = {
     "fig2-top": "fig2",
     "fig2-bottom": "fig2",
+    "fig2-bottom-cube": "fig2",
     "table1": "table1",
     "fig4": "fig4",
     "fig6-mod113": "fig6",

@@ -20,6 +20,7 @@ from tasks import (
     ACTIVATIONS,
     DISTILL_LOSSES,
     INITS,
+    MLP_INITS,
     OPERATIONS,
     MLPConfig,
     ModularTask,
@@ -76,6 +77,7 @@ ADDED_FIELDS: tuple[str, ...] = (
     "warmup_steps",
     "progress_measures",
     "orthograd",
+    "mlp_init",
 )
 """Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
 out of `identity` and the hash, so adding a field does not orphan the runs already stored.
@@ -114,7 +116,8 @@ class RunConfig:
     d_mlp: int | None = None  # None -> 4 * d_model (Nanda et al.: 512 at width 128)
     layer_norm: bool = False  # Nanda/Varma models have no LayerNorm
     mlp_width: int = 500  # hidden width of the 2-layer MLP (model=mlp only)
-    activation: str = "relu"  # MLP activation; ReLU as in the fix paper's benchmarks
+    activation: str = "relu"  # MLP activation (tasks.ACTIVATIONS); fig2-bottom: quadratic
+    mlp_init: str = "unit"  # MLP init scale (tasks.MLP_INITS); fig2-bottom: doshi
     init: str = "nanda"  # transformer init scale (tasks.INITS): Nanda et al.'s N(0, 1/d_model)
     eq_output: bool = False  # transformer: p + 1 outputs, `=` a class (Nanda et al.'s unembed)
     # Optimizer.
@@ -150,6 +153,7 @@ class RunConfig:
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("split", self.split, SPLITS)
         _check_choice("init", self.init, INITS)
+        _check_choice("mlp_init", self.mlp_init, MLP_INITS)
         require(
             self.model == "transformer" or (self.init == "nanda" and not self.eq_output),
             "init and eq_output apply to model=transformer only",
@@ -162,6 +166,10 @@ class RunConfig:
             f"the run's seed); got split_seed={self.split_seed}",
         )
         require(self.mlp_width >= 1, f"mlp_width must be >= 1, got {self.mlp_width}")
+        require(
+            self.model == "mlp" or self.mlp_init == "unit",
+            "mlp_init applies to model=mlp only",
+        )
         try:
             # One name per policy ('bfloat16' and 'bf16/bf16' are 'bf16'): one hash per run.
             object.__setattr__(self, "precision", get_precision(self.precision).name)
@@ -200,7 +208,9 @@ class RunConfig:
     def model_config(self) -> TransformerConfig | MLPConfig:
         """The model config for `tasks.build_model`."""
         if self.model == "mlp":
-            return MLPConfig(p=self.p, width=self.mlp_width, activation=self.activation)
+            return MLPConfig(
+                p=self.p, width=self.mlp_width, activation=self.activation, init=self.mlp_init
+            )
         return TransformerConfig(
             vocab_size=self.p + 1,
             num_classes=self.p + 1 if self.eq_output else self.p,

@@ -114,6 +114,7 @@ _TEACHER_FIELDS = (
     "init",
     "mlp_width",
     "activation",
+    "mlp_init",
     "seed",
 )
 _TEACHER_EVAL_EVERY = 100  # the engine's default test cadence (gcd'ed with teacher_steps)

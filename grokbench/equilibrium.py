@@ -25,6 +25,36 @@ g in [tiny, tiny / sqrt(1 - b2)) flushes sqrt(1 - b2) |g|, and so r, to zero whi
 is not, and g / (r + 0) was inf. LaProp now clips g / r to its exact bound
 (`grokbench.optimizers.scale_by_laprop`); a run that still turns non-finite is `diverged`.
 
+The update balance (`balance_terms`, `balance_margin`): why the plateaus sit below
+log(1/eps) by an offset that shrinks as eps falls. Write the fixed CE of one example as
+l_n = log(1 + e^-m_n) (exact: m_n = z_t - LSE_{j != t} z_j), so the mean loss over N
+training examples has gradient g = -(1/N) sum_n sigma(-m_n) grad m_n. At a stationary
+point of the decoupled update theta <- theta - lr (u + lambda theta), with Adam's (and
+LaProp's) normalised step u_i = g_i / (|g_i| + eps), every parameter has u_i = -lambda
+theta_i, so g_i = -eps lambda theta_i / (1 - lambda |theta_i|). Project both sides on
+theta (the radial direction; the per-parameter equations cannot all be checked from the
+margin alone, their sum along theta can):
+
+    (1/N) sum_n sigma(-m_n) D_n = eps lambda S,   D_n = theta . grad m_n,
+    S = sum_i theta_i^2 / (1 - lambda |theta_i|).
+
+The 1/N of the mean loss cancels against the sum over the N examples, and D_n, the
+margin's radial derivative d m_n(c theta) / dc at c = 1, is the parameter norm's share:
+for a model homogeneous of degree L in theta it is L (z_t - z_bar), z_bar the
+softmax-weighted non-target logit, so D grows with the margin. With sigma(-m) ~ e^-m
+and every margin at the mean m (and D_n at their mean D):
+
+    m = log(1/eps) + log(D / (lambda S)).
+
+The paper's log(1/eps) drops the second term. On fig4 (lambda 1) D / m is 6-8 and S is
+500-950 (eps 1e-4 ... 1e-24): D / (lambda S) < 1, so the plateau sits below log(1/eps), by
+less as eps falls (D grows with m faster than S grows). `balance_terms`
+(`grokbench.balance`) computes D (a jvp along theta over the training set) and S from a
+run's final parameters; runs trained by `grokbench.experiment` store them in their
+summary (`radial_margin_slope`, `balance_norm`) when lambda > 0 and eps > 0. The group
+rows carry the second prediction `predicted_balance` beside log(1/eps);
+docs/equilibrium.md compares the two.
+
 Groups (`group_rows`) are the runs with equal config except the seed (in a fig4 sweep:
 one per eps and weight decay). Their measured value is the mean (and sample std) of the
 plateau values of the runs that plateaued, or else of every run's peak (`measured_from`
@@ -45,6 +75,7 @@ from typing import Any
 import numpy as np
 
 import numerics
+from grokbench.balance import balance_margin, balance_terms
 from grokbench.config import RunConfig, from_stored
 from grokbench.precision import get_precision
 from grokbench.store import atomic_write_json, load_metrics
@@ -61,6 +92,8 @@ __all__ = [
     "PLATEAU_TAIL",
     "Plateau",
     "analyze_dir",
+    "balance_margin",
+    "balance_terms",
     "format_table",
     "group_rows",
     "plateau",
@@ -154,6 +187,9 @@ def run_rows(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]])
             {
                 "config": cfg.to_dict(),
                 "predicted": finite_or_none(numerics.equilibrium_margin(cfg.eps)),
+                "predicted_balance": balance_margin(
+                    cfg, summary.get("radial_margin_slope"), summary.get("balance_norm")
+                ),
                 "plateaued": verdict.plateaued,
                 "value": finite_or_none(verdict.value),
                 "plateau_step": verdict.step,
@@ -196,6 +232,8 @@ def group_rows(rows: Sequence[dict]) -> list[dict]:
         predicted = members[0]["predicted"]
         eps_zero = first["eps"] == 0
         deviation = None if measured is None or predicted is None else measured - predicted
+        balance = [r["predicted_balance"] for r in members if r["predicted_balance"] is not None]
+        predicted_balance = _mean(balance) if len(balance) == len(members) else None
         out.append(
             {
                 **{k: first[k] for k in keys},
@@ -206,6 +244,10 @@ def group_rows(rows: Sequence[dict]) -> list[dict]:
                 "n": len(members),
                 "measured_from": "plateau" if done else "peak",
                 "deviation": deviation,
+                "predicted_balance": predicted_balance,
+                "deviation_balance": None
+                if measured is None or predicted_balance is None
+                else measured - predicted_balance,
                 "agrees": None if deviation is None or not done else abs(deviation) <= AGREEMENT,
                 "plateau_step_mean": _mean([r["plateau_step"] for r in done]),
                 "final_mean": _mean([r["final"] for r in members if r["final"] is not None]),
@@ -252,9 +294,11 @@ def format_table(rows: Sequence[dict]) -> str:
         "wd",
         *extra,
         "log(1/eps)",
+        "balance",
         "measured",
         "std",
         "dev",
+        "dev_bal",
         "plateaued",
         "n",
         "at step",
@@ -283,9 +327,11 @@ def format_table(rows: Sequence[dict]) -> str:
                 format(r["weight_decay"], "g"),
                 *(str(r[k]) for k in extra),
                 fmt(r["predicted"], ".2f"),
+                fmt(r["predicted_balance"], ".2f"),
                 fmt(r["measured_mean"], ".2f"),
                 fmt(r["measured_std"], ".2f"),
                 fmt(r["deviation"], "+.2f"),
+                fmt(r["deviation_balance"], "+.2f"),
                 f"{r['plateaued']:.2f}",
                 str(r["n"]),
                 fmt(r["plateau_step_mean"], ".0f"),

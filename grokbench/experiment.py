@@ -11,7 +11,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
-from grokbench import console, distill, executors, fourier, slingshot
+from grokbench import balance, console, distill, executors, fourier, slingshot
 from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json, load_metrics
 from grokbench.tables import summary_table
@@ -76,6 +76,8 @@ def run_configs(
                 if done[out.config] is not None:
                     continue  # stored by an earlier, interrupted call: the same numbers
                 summary = slingshot.summarize(out.config, out.metrics, out.seconds, out.backend)
+                if out.params is not None:  # the plateau's update balance (grokbench.balance)
+                    summary |= balance.balance_terms(out.config, out.params) or {}
                 store.save(out.config, out.metrics, summary)
                 done[out.config] = summary
                 trained.add(out.config)

@@ -8,6 +8,7 @@ from tasks._distill import DISTILL_LOSSES as DISTILL_LOSSES
 from tasks._distill import kl_divergence as kl_divergence
 from tasks._distill import soft_target_gradient as soft_target_gradient
 from tasks._mlp import ACTIVATIONS as ACTIVATIONS
+from tasks._mlp import MLP_INITS as MLP_INITS
 from tasks._mlp import MLPConfig as MLPConfig
 from tasks._mlp import mlp_apply as mlp_apply
 from tasks._mlp import mlp_init as mlp_init

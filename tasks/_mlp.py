@@ -29,6 +29,15 @@ from tasks._common import (
 ACTIVATIONS: tuple[str, ...] = ("relu", "quadratic")
 """The hidden activations `MLPConfig.activation` accepts."""
 
+MLP_INITS: tuple[str, ...] = ("unit", "doshi")
+"""Init scales of the two matrices (`MLPConfig.init`):
+
+- 'unit': w_in N(0, 1/2), so every pre-activation (the sum of two rows) starts at unit
+  variance, and a fan-in read-out w_out N(0, 1/width).
+- 'doshi': both matrices N(0, 0.25 / (2 width)^(2/3)), std 0.05 at width 500: Doshi and
+  Gromov's code (d-doshi/Grokking, utils/models.py, `fcn`).
+"""
+
 
 @dataclasses.dataclass(frozen=True)
 class MLPConfig:
@@ -36,7 +45,8 @@ class MLPConfig:
 
     p: int = 97  # Doshi et al.'s a^2+b^2 and a^3+b tasks are mod 97 (fig2-bottom, fig6)
     width: int = 500  # hidden width of Doshi et al.'s MLP experiments (our reading; override)
-    activation: str = "relu"  # ReLU as in the fix paper's benchmark; "quadratic" is Gromov's x^2
+    activation: str = "relu"  # one of ACTIVATIONS; "quadratic" is Doshi and Gromov's x^2
+    init: str = "unit"  # one of MLP_INITS
 
     def __post_init__(self) -> None:
         if self.p < 2:
@@ -45,16 +55,22 @@ class MLPConfig:
             raise ValueError(f"width must be positive, got {self.width}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; expected {ACTIVATIONS}")
+        if self.init not in MLP_INITS:
+            raise ValueError(f"init must be one of {', '.join(MLP_INITS)}; got {self.init!r}")
 
 
 def mlp_init(key: jax.Array, cfg: MLPConfig, dtype: DTypeLike) -> Params:
-    """Init drawn in float32 and cast to `dtype`; no biases (Gromov's analytic model has none)."""
+    """`cfg.init`'s init (`MLP_INITS`), drawn in float32 and cast to `dtype`; no biases
+    (Gromov's analytic model has none)."""
     return _mlp_init(key, cfg, check_model_dtype(dtype))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))  # one compile per (config, dtype)
 def _mlp_init(key: jax.Array, cfg: MLPConfig, dt: np.dtype) -> Params:
     shapes = {"w_in": (2 * cfg.p, cfg.width), "w_out": (cfg.width, cfg.p)}
+    if cfg.init == "doshi":
+        std = math.sqrt(0.25) / (2 * cfg.width) ** (1 / 3)
+        return cast_params(normal_init(key, shapes, dict.fromkeys(shapes, std)), dt)
     stds = {
         # Each input sums exactly two rows of w_in (the one-hot a and b), so std 1/sqrt(2)
         # starts every pre-activation at unit variance.

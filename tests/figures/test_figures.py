@@ -124,11 +124,11 @@ def test_table1_markdown_and_csv(tmp_path, fake_engine):
 
 
 def test_real_engine_end_to_end(tmp_path):
-    """fig2 through the real engine (both recipes shrunk), as `grokbench figures` runs it."""
+    """fig2 through the real engine (its three recipes shrunk), as `grokbench figures` runs it."""
     overrides = {**TINY, "d_model": (8,), "n_heads": (2,), "mlp_width": (16,), "seeds": (1,)}
     written = _build(tmp_path, ["fig2"], overrides=overrides)
     assert all(p.stat().st_size > 1000 for p in written["fig2"])
-    assert len(list((tmp_path / "store" / "runs").iterdir())) == 4  # 2 recipes x 2 losses
+    assert len(list((tmp_path / "store" / "runs").iterdir())) == 6  # 3 recipes x 2 losses
 
 
 def test_unknown_figure_is_one_line_exit_2(capsys):
@@ -259,14 +259,14 @@ def _fig2(good: bool):
             metrics=_spiky(margin=16.6 if good else 10.0),
         )
 
-    def bottom(loss, seed):
+    def bottom(loss, seed, recipe="fig2-bottom", before=0.61, after=0.23):
         spiky = (
-            _spiky(n=2000, spike_at=1250)
+            _spiky(n=2000, spike_at=1250, acc_before=before, acc_after=after)
             if good
             else _spiky(n=2000, spike_at=1600, margin=10.0, acc_before=0.2, acc_after=0.9)
         )
         return _run(
-            "fig2-bottom",
+            recipe,
             loss=loss,
             seed=seed,
             spikes=1,
@@ -277,6 +277,11 @@ def _fig2(good: bool):
     return {
         "fig2-top": [top(loss, s) for loss in ("fixed", "standard") for s in range(5)],
         "fig2-bottom": [bottom(loss, s) for loss in ("fixed", "standard") for s in range(3)],
+        "fig2-bottom-cube": [
+            bottom(loss, s, "fig2-bottom-cube", 0.60, 0.21)
+            for loss in ("fixed", "standard")
+            for s in range(3)
+        ],
     }
 
 
@@ -639,7 +644,7 @@ def test_full_scale_claims_evaluate_on_fake_runs(tmp_path, fake_engine):
     ctx = Context(
         quick=False, out=tmp_path, store=Store(tmp_path / "store"), overrides=TINY, progress=False
     )
-    grokking = ("fig2-top", "fig2-bottom", "table1", "fig4", *fig6.RECIPES)
+    grokking = ("fig2-top", "fig2-bottom", "fig2-bottom-cube", "table1", "fig4", *fig6.RECIPES)
     ev = Evidence("full", {name: ctx.runs(name) for name in grokking}, store=ctx.store)
     rows = fig2.claims(ev) + table1.claims(ev) + fig4.claims(ev) + fig6.claims(ev)
     tested = {r.source for r in rows if r.status != "not tested"}

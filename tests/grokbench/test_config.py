@@ -18,6 +18,8 @@ from grokbench.config import (
 REQUIRED_RECIPES = [
     "fig2-top",
     "fig2-bottom",
+    "fig2-bottom-cube",
+    "fig2-bottom-setup",
     "table1",
     "fig6-mod113",
     "fig6-mod31",
@@ -137,6 +139,8 @@ def test_duplicate_key_raises():
         ({"init": "xavier"}, "init must be one of nanda, fan_in, tl"),
         ({"init": "tl", "model": "mlp"}, "apply to model=transformer only"),
         ({"eq_output": True, "model": "mlp"}, "apply to model=transformer only"),
+        ({"mlp_init": "doshi"}, "mlp_init applies to model=mlp only"),
+        ({"mlp_init": "xavier", "model": "mlp"}, "mlp_init must be one of unit, doshi"),
         ({"warmup_steps": -1}, "warmup_steps must be >= 0"),
         (
             {"teacher_steps": 10, "eval_every": 1, "steps": 10, "warmup_steps": 10},
@@ -184,6 +188,27 @@ def test_fig2_top_is_the_paper_config():
     ]
     cfg = runs[0]
     assert (cfg.eps, cfg.weight_decay, cfg.precision, cfg.steps) == (1e-8, 1.0, "fp32", 10_000)
+
+
+def test_mlp_recipes_follow_doshi_and_gromovs_code():
+    for name in ("fig2-bottom", "fig2-bottom-cube", "fig6-sq", "fig6-cube"):
+        cfg = recipes.get_recipe(name).base
+        assert (cfg.activation, cfg.mlp_init, cfg.mlp_width, cfg.lr) == (
+            "quadratic",
+            "doshi",
+            500,
+            1e-2,
+        )
+        assert (cfg.b1, cfg.b2, cfg.split) == (0.9, 0.98, "fixed")
+    bottom = recipes.get_recipe("fig2-bottom").base
+    assert (bottom.weight_decay, bottom.eps, bottom.steps) == (0.0, 1e-16, 2000)
+    setup = recipes.expand(recipes.get_recipe("fig2-bottom-setup"), parse_overrides(["seeds=1"]))
+    assert {(c.activation, c.mlp_init, c.lr, c.steps) for c in setup} == {
+        ("quadratic", "doshi", 1e-2, 2000),
+        ("relu", "doshi", 1e-2, 2000),
+        ("quadratic", "unit", 1e-2, 2000),
+        ("quadratic", "doshi", 5e-3, 2000),
+    }
 
 
 def test_overrides_replace_grid_axes_and_lists_sweep():

@@ -174,8 +174,11 @@ def _check_trains(cfg):
         dataclasses.replace(TINY, precision="bf16", loss="standard"),
         dataclasses.replace(TINY, optimizer="laprop", track_sqrt_v=True, eps=0.0),
         dataclasses.replace(TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0),
+        dataclasses.replace(
+            TINY, model="mlp", mlp_width=16, activation="quadratic", mlp_init="doshi", lr=1e-2
+        ),
     ],
-    ids=["bf16-standard", "laprop-eps0", "mlp-adam"],
+    ids=["bf16-standard", "laprop-eps0", "mlp-adam", "mlp-doshi"],
 )
 def test_variants_train(cfg):
     _check_trains(cfg)
@@ -227,6 +230,11 @@ def test_summary_records_backend_and_matmul_precision(tmp_path):
     stored = json.loads((pathlib.Path(summary["run_dir"]) / "summary.json").read_text())
     assert stored["backend"] == jax.default_backend()
     assert stored["matmul_precision"] == "highest"
+    # The plateau's update balance terms (grokbench.equilibrium.balance_terms) where every
+    # lambda |theta_i| < 1 (here lambda 0.1; at lambda 1 TINY's init has |theta_i| > 1).
+    small = dataclasses.replace(cfg, weight_decay=0.1)
+    (summary,) = experiment.run_configs([small], Store(tmp_path), progress=False)
+    assert summary["radial_margin_slope"] != 0 and summary["balance_norm"] > 0
 
 
 def test_per_seed_split_batch_equals_individual_runs():

@@ -5,12 +5,14 @@ import dataclasses
 import json
 import math
 
+import jax
 import numpy as np
 import pytest
 
-from grokbench import cli, equilibrium, experiment, metrics, slingshot
+from grokbench import cli, engine, equilibrium, experiment, metrics, slingshot
 from grokbench.config import RunConfig
 from grokbench.store import Store
+from tasks import build_model
 
 N = 4000
 CFG = RunConfig(optimizer="laprop", track_sqrt_v=True, steps=N, eval_every=100)
@@ -186,3 +188,50 @@ def test_equilibrium_cli_without_runs(tmp_path, capsys):
     assert cli.main(["equilibrium", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no runs in" in err[0]
+
+
+def test_balance_terms_on_a_homogeneous_model():
+    # x^2 MLP without biases: logits are homogeneous of degree 3 in theta, so the margin's
+    # radial derivative is 3 (z_t - sum_j q_j z_j), q the softmax over the non-targets.
+    cfg = RunConfig(
+        task="a^2+b^2",
+        p=11,
+        model="mlp",
+        mlp_width=16,
+        activation="quadratic",
+        mlp_init="doshi",
+        steps=1,
+        eval_every=1,
+        weight_decay=0.5,
+    )
+    params = build_model(cfg.model_config()).init(jax.random.key(0), np.float32)
+    terms = equilibrium.balance_terms(cfg, params)
+    data = engine.load_data(cfg)
+    z = np.asarray(build_model(cfg.model_config()).apply(params, data.x_train), np.float64)
+    y = np.asarray(data.y_train)
+    target = z[np.arange(len(y)), y]
+    others = np.where(np.arange(cfg.p) == y[:, None], -np.inf, z)
+    q = np.exp(others - others.max(1, keepdims=True))
+    q /= q.sum(1, keepdims=True)
+    expected = 3 * np.mean(target - np.sum(q * np.where(np.isfinite(others), others, 0), 1))
+    assert terms["radial_margin_slope"] == pytest.approx(expected, rel=1e-4)
+    flat = np.concatenate([np.ravel(np.asarray(w, np.float64)) for w in params.values()])
+    assert terms["balance_norm"] == pytest.approx(np.sum(flat**2 / (1 - 0.5 * np.abs(flat))))
+    # No balance without weight decay or eps; the prediction: log(1/eps) + log(D / (lambda S)).
+    assert equilibrium.balance_terms(dataclasses.replace(cfg, weight_decay=0.0), params) is None
+    assert equilibrium.balance_margin(cfg, 2.0, 4.0) == pytest.approx(-math.log(1e-8))
+    assert equilibrium.balance_margin(cfg, None, 4.0) is None
+
+
+def test_group_rows_carry_the_balance_prediction():
+    runs = [(c, m) for c, m in _fabricated_runs() if c.eps == 1e-4]
+    summaries = [
+        {"config": c.to_dict(), "radial_margin_slope": 60.0, "balance_norm": 480.0} for c, _ in runs
+    ]
+    (group,) = equilibrium.group_rows(
+        equilibrium.run_rows(list(zip(summaries, [m for _, m in runs], strict=True)))
+    )
+    predicted = math.log(1e4) + math.log(60.0 / 480.0)  # 9.21 - 2.08
+    assert group["predicted_balance"] == pytest.approx(predicted)
+    assert group["deviation_balance"] == pytest.approx(9.21 - 2.5 - predicted, abs=0.02)
+    assert "balance" in equilibrium.format_table([group]).splitlines()[0]

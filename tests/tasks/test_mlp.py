@@ -38,12 +38,22 @@ def test_dtypes(dtype):
     assert all(g.dtype == dtype for g in grads.values())
 
 
+def test_doshi_init_scale():
+    params = mlp_init(jax.random.key(0), MLPConfig(init="doshi"), jnp.float32)
+    for w in params.values():  # Doshi and Gromov's code: std 0.5 / (2 * 500)^(1/3) = 0.05
+        assert abs(float(jnp.std(w)) - 0.05) < 0.002
+    unit = mlp_init(jax.random.key(0), MLPConfig(), jnp.float32)
+    assert abs(float(jnp.std(unit["w_in"])) - 0.5**0.5) < 0.02
+
+
 def test_default_width_and_errors():
     assert MLPConfig().width == 500 and MLPConfig().p == 97
     with pytest.raises(ValueError, match="activation"):
         MLPConfig(activation="gelu")
     with pytest.raises(ValueError, match="width"):
         MLPConfig(width=0)
+    with pytest.raises(ValueError, match="init must be one of unit, doshi"):
+        MLPConfig(init="xavier")
     params = mlp_init(jax.random.key(0), MLPConfig(p=31, width=8), jnp.float32)
     with pytest.raises(ValueError, match="activation"):
         mlp_apply(params, DATA.x_train, "tanh")
