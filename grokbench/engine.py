@@ -218,7 +218,10 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
         logits = forward(params, data.x_test)
         loss = jnp.mean(objective(logits, data.y_test))
         out = metrics_lib.eval_metrics(residues(logits), loss, data.y_test)
-        return out if measure is None else {**out, **measure(params, data.x_train)}
+        if measure is None:
+            return out
+        with jax.default_matmul_precision(policy.matmul_precision):  # as `forward`'s dots
+            return {**out, **measure(params, data.x_train)}
 
     def chunk_one(state: tuple, h: Hyper, data: Data, n_blocks: int) -> tuple[tuple, tuple]:
         def block(state: tuple, _: None) -> tuple[tuple, tuple]:
