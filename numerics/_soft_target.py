@@ -165,8 +165,8 @@ def _teacher_pieces(student, teacher, s_max, s_sum, log_norm, t_max, t_sum):
 def _teacher_grad_jvp(primals, tangents):
     # d(-p (log q + L)) = -dp (log q + L) - p (dlog q + dL), from the centred
     # softmax and log-softmax tangents and the loss's own tangent. (Autodiff of the
-    # forward statistics is not used: reverse mode through the count of maxima in
-    # `shifted_sums` cancels a 4/eps term and loses everything else.)
+    # forward statistics is not used: reverse mode through the weights min(1, k gap)
+    # of `shifted_sums` multiplies by k, 1 / the smallest normal number.)
     student, teacher, loss = primals[:3]
     d_student, d_teacher = tangents[:2]
     p, neg_log_q = _teacher_pieces(student, teacher, *primals[3:])
