@@ -50,7 +50,7 @@ __all__ = [
     "split_override",
 ]
 
-CONFIG_VERSION = 3
+CONFIG_VERSION = 4
 """Bumped when the engine's numbers or stored metrics change meaning; part of the run hash.
 
 2: LaProp clips g / sqrt(v_hat) to its exact bound (eps = 0 no longer gives inf).

@@ -8,7 +8,7 @@ from jax.typing import ArrayLike
 
 from numerics import _checks
 from numerics._checks import Axis
-from numerics._softmax import logsumexp_or_neg_inf, shifted_sums, softmax_last
+from numerics._softmax import finite_row_max, logsumexp_or_neg_inf, softmax_last
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
@@ -17,19 +17,55 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     S sums the kept entries. S_others = sum_{j != t} e^(z_j - z_max) never contains
     the target's own term: when t is the argmax that term is the 1 that would
     swallow e^-m past the cliff. A masked-out target is not in S, so S_others = S.
+    Two reads of the logits: the max, then S_others. All five are in the compute
+    dtype (`_compute_dtype`).
     """
+    ctype = _compute_dtype(logits.dtype)
     masked = logits if mask is None else jnp.where(mask, logits, -jnp.inf)
-    z_max, s_all, s_rest = shifted_sums(masked)
+    z_max = finite_row_max(masked).astype(ctype)  # a row of only -inf has sums 0, not NaN
     # Out-of-range labels (possible only under jit) are clipped for the gather and
     # turned into NaN by `valid_rows`.
-    z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
+    z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip").astype(ctype)
     shift_t = z_t - z_max
     kept_t = target_kept(labels, mask)
     t_is_max = (shift_t == 0) & kept_t
-    # t is a max: the others are S_rest. Otherwise S counts a max entry of its own,
-    # S_others >= 1 and subtracting the target's e^(z_t - z_max) <= 1 is harmless.
-    s_kept = jnp.where(t_is_max, s_rest, s_all - jnp.exp(shift_t))
-    return z_max, shift_t, t_is_max, jnp.where(kept_t, s_kept, s_all), s_all
+    # The barrier pins the sum's inputs, so that XLA merges the copies of this pass
+    # that value_and_grad traces (the loss and the gradient's statistics) instead of
+    # rewriting them apart, which stores the exps and weights as (rows, K) arrays.
+    z, z_max_s = jax.lax.optimization_barrier((masked, z_max))
+    z = z.astype(ctype)
+    s_others = jnp.sum(jnp.exp(z - z_max_s) * _not_target(labels, z), -1, keepdims=True)
+    # S >= 1 holds a max entry's e^0 = 1 (the target's or another's), so adding the
+    # target's term to S_others rounds harmlessly.
+    zero = jnp.zeros((), ctype)
+    return z_max, shift_t, t_is_max, s_others, s_others + jnp.where(kept_t, jnp.exp(shift_t), zero)
+
+
+def _compute_dtype(dtype) -> jnp.dtype:
+    """float64 for float64 logits, float32 for the others: the per-row sums, the loss
+    and the gradient are computed there and rounded once to the logits' dtype."""
+    return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
+
+
+def _index_exact(n: int, dtype) -> bool:
+    """Whether every class index below n is exact in float `dtype`."""
+    return n <= 2 ** (jnp.finfo(dtype).nmant + 1)
+
+
+def _not_target(labels: jax.Array, logits: jax.Array) -> jax.Array:
+    """Weights 0 at each row's target and 1 elsewhere, in the dtype of `logits`.
+
+    Computed as min(1, |j - t|) from a floating-point iota where the indices are
+    exact in it: XLA's CPU reductions fuse that arithmetic into the sum, but not an
+    integer comparison, which costs a (rows, K) temporary and several times the time.
+    """
+    shape, last = logits.shape, logits.ndim - 1
+    if not _index_exact(shape[-1], logits.dtype):
+        iota = jax.lax.broadcasted_iota(labels.dtype, shape, last)
+        return (iota != labels[..., None]).astype(logits.dtype)
+    iota = jax.lax.broadcasted_iota(logits.dtype, shape, last)
+    gap = jnp.abs(iota - labels[..., None].astype(logits.dtype))
+    return jnp.minimum(gap, jnp.ones((), logits.dtype))
 
 
 def _loss_from(t_is_max, shift_t, s_others, s_all) -> jax.Array:
@@ -60,17 +96,17 @@ def _any_kept(mask: jax.Array | None, shape) -> jax.Array:
 
 
 def _forward(logits, labels, mask):
-    """The loss and the per-row statistics its gradient is built from."""
+    """The loss and the per-row statistics (in the compute dtype) its gradient is built from."""
     z_max, shift_t, t_is_max, s_others, s_all = _normalizers(logits, labels, mask)
     loss = _loss_from(t_is_max, shift_t, s_others, s_all)
     valid = valid_rows(logits, labels)[..., None]
     padding = ~_any_kept(mask, logits.shape)
     # Padding rows give loss 0 and gradient 0 whatever their label, as in optax;
     # other rows with an invalid label give NaN for both.
-    zero, one, nan = (jnp.asarray(v, logits.dtype) for v in (0, 1, jnp.nan))
+    zero, one, nan = (jnp.asarray(v, z_max.dtype) for v in (0, 1, jnp.nan))
     loss = jnp.where(padding, zero, jnp.where(valid, loss, nan))
     inv_s = jnp.where(padding, one, jnp.where(valid, one / s_all, nan))
-    return loss[..., 0], (z_max, s_others, inv_s)
+    return loss[..., 0].astype(logits.dtype), (z_max, s_others, inv_s)
 
 
 @jax.custom_jvp
@@ -92,18 +128,19 @@ def _cross_entropy_jvp(primals, tangents):
 @jax.custom_jvp
 def _gradient(logits, labels, mask, z_max, s_others, inv_s):
     """dL/dz from the forward statistics: q_j for j != t, q_t - 1 = -S_others / S at t."""
-    if mask is not None:
-        logits = jnp.where(mask, logits, -jnp.inf)  # masked entries get q = 0
-    iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
+    z = logits if mask is None else jnp.where(mask, logits, -jnp.inf)  # masked: q = 0
+    iota = jax.lax.broadcasted_iota(labels.dtype, z.shape, z.ndim - 1)
     is_target = iota == labels[..., None]
-    # The barrier keeps XLA from sharing e^(z - z_max) with the forward sums, which
-    # would store it as a (rows, K) array between the passes (inv_s rides along only
-    # so this barrier differs from the forward's and is not merged with it).
-    logits, z_max, inv_s = jax.lax.optimization_barrier((logits, z_max, inv_s))
+    # The barrier keeps XLA from sharing e^(z - z_max) with the forward sum, which
+    # would store it as a (rows, K) array between the passes: inv_s rides along, so
+    # this pass is ordered after the forward sum and cannot be merged with it.
+    z, z_max, inv_s = jax.lax.optimization_barrier((z, z_max, inv_s))
+    z = z.astype(z_max.dtype)
     # Non-target q_j = e^(z_j - z_max) / S: a small number computed directly.
     # Target q_t - 1 = -S_others / S, never 1 - 1 = 0: it stays accurate past the
     # precision cliff, so the K gradients still sum to zero within rounding.
-    return jnp.where(is_target, -s_others, jnp.exp(logits - z_max)) * inv_s
+    grad = jnp.where(is_target, -s_others, jnp.exp(z - z_max)) * inv_s
+    return grad.astype(logits.dtype)
 
 
 @_gradient.defjvp
@@ -151,16 +188,19 @@ def cross_entropy(
     rounding. Unlike the paper's target-shifted form, no entry is computed as
     exp(a - L) with a large L, so misclassified rows (m < 0) are as accurate as
     confident ones: within about 2 ulps in bf16 and fp16 (tests/tolerances.py).
+    For bf16 and fp16 logits the sums, the loss and the gradient are computed in
+    float32 and rounded once to the logits' dtype.
 
     Derivatives: a linear tangent rule (`jax.custom_jvp`), dL = sum_j g_j dz_j, so
     forward mode (`jax.jvp`, `jax.jacfwd`, Hessians) works and reverse mode is its
     transpose, g * cotangent; g's own tangent is the softmax tangent of
     `softmax`, centred on the argmax, so second derivatives survive the cliff too.
-    Cost: three reads of the logits forward (max, the sum below the max, the
-    count of maxima) and, under `jit`, one read and one write backward: g is
-    elementwise in the logits and XLA fuses it into the backward product
-    (benchmarks/bench_cross_entropy.py measures it against optax). Without `jit`,
-    reverse mode keeps g, a (rows, K) array, as optax keeps its exponentials.
+    Cost: two reads of the logits forward (the max, then S_others, the target left
+    out by an index weight min(1, |j - t|) that XLA fuses into the sum) and, under
+    `jit`, one read and one write backward: g is elementwise in the logits and XLA
+    fuses it into the backward product (benchmarks/bench_cross_entropy.py measures
+    it against optax). Without `jit`, reverse mode keeps g, a (rows, K) array, as
+    optax keeps its exponentials.
 
     Example:
       >>> import jax, jax.numpy as jnp

@@ -13,14 +13,23 @@ from numerics._checks import Axis
 from numerics._softmax import finite_row_max, log_softmax_last, shifted_sums, softmax_last
 
 
-def _shifted(student, teacher, s_max, t_max):
+def _lowest(x: jax.Array) -> jax.Array:
+    """The lowest finite value of x's dtype, as a 0-d array.
+
+    Each pass takes it through its own optimization barrier with the logits: as
+    one constant shared by the passes, XLA's CPU reduction fusion stores its
+    broadcast as a (rows, K) array.
+    """
+    return jnp.asarray(jnp.finfo(x.dtype).min, x.dtype)
+
+
+def _shifted(student, teacher, s_max, t_max, lowest):
     """a = z_S - max z_S and b = z_T - max z_T (both <= 0), -inf clamped to finite.
 
     Clamping -inf to the lowest finite value keeps every product p * a and every
     difference a - b free of 0 * inf and inf - inf, without a `where`: XLA's CPU
     reductions fuse arithmetic into the sum but not selects or index masks.
     """
-    lowest = jnp.asarray(jnp.finfo(student.dtype).min, student.dtype)
     return jnp.maximum(student - s_max, lowest), jnp.maximum(teacher - t_max, lowest)
 
 
@@ -30,10 +39,11 @@ def _signed_gap(x: jax.Array, y: jax.Array, log_ratio: jax.Array) -> jax.Array:
     x - y = sign(t) max(x, y) (1 - e^-|t|), and
     1 - e^-|t| = -expm1(-|t|) is accurate for every t: tiny differences keep
     their digits, and a y that underflowed to 0 (t = +inf) leaves x. Exactly 0
-    when t = 0. (XLA's CPU reductions fuse this arithmetic into a sum; a `where`
-    would make them store their inputs as (rows, K) arrays first.)
+    when t = 0. (XLA's CPU reductions fuse this arithmetic, `sign` included, into
+    a sum; a `where`, and so `jnp.copysign`, would make them store their inputs as
+    (rows, K) arrays first.)
     """
-    return jnp.copysign(jnp.maximum(x, y) * -jnp.expm1(-jnp.abs(log_ratio)), log_ratio)
+    return jnp.sign(log_ratio) * (jnp.maximum(x, y) * -jnp.expm1(-jnp.abs(log_ratio)))
 
 
 def _log1p(x: jax.Array) -> jax.Array:
@@ -54,7 +64,8 @@ def _forward(student, teacher):
     # sums and store them as (rows, K) arrays. Recomputing is far cheaper.
     teacher_t, t_max_t = jax.lax.optimization_barrier((teacher, t_max))
     t_sum = jnp.sum(jnp.exp(teacher_t - t_max_t), axis=-1, keepdims=True)
-    a, b = _shifted(*jax.lax.optimization_barrier((student, teacher, s_max, t_max, log_norm))[:4])
+    pinned = (student, teacher, s_max, t_max, _lowest(student), log_norm)
+    a, b = _shifted(*jax.lax.optimization_barrier(pinned)[:5])
     # p_k = e^b_k / S_T is accurate as it is (no 1 - p is ever needed), so the loss
     # is sum_k e^b_k (log_norm - a_k) / S_T, one pass over both logit arrays.
     weighted = jnp.sum(jnp.exp(b) * (log_norm - a), axis=-1, keepdims=True)
@@ -84,15 +95,14 @@ def _soft_target_jvp(primals, tangents):
     return loss, sum(terms[1:], terms[0])
 
 
-def _pieces(student, teacher, s_max, t_max, s_sum, t_sum):
-    """Elementwise (a, d, q, p): shifted student logits, centred difference, probabilities."""
-    a, b = _shifted(student, teacher, s_max, t_max)
-    lowest = jnp.asarray(jnp.finfo(student.dtype).min, student.dtype)
+def _pieces(student, teacher, s_max, t_max, lowest):
+    """Elementwise (a, b, d): shifted student and teacher logits, centred difference."""
+    a, b = _shifted(student, teacher, s_max, t_max, lowest)
     # d = (z_S - z_T) - (max z_S - max z_T) = a - b, but formed from the raw
     # difference, which is exact when the logits are close (Sterbenz): the
     # rounding of a and b separately would swamp a tiny student-teacher gap.
     d = (jnp.maximum(student, lowest) - jnp.maximum(teacher, lowest)) - (s_max - t_max)
-    return a, d, jnp.exp(a) / s_sum, jnp.exp(b) / t_sum
+    return a, b, d
 
 
 @jax.custom_jvp
@@ -100,23 +110,27 @@ def _student_grad(student, teacher, loss, s_max, s_sum, log_norm, t_max, t_sum):
     """dL/dz_S = q - p, from the forward statistics."""
     # Each pass reads the logits afresh behind its own (distinct) barrier:
     # recomputing a few exps is far cheaper than XLA storing them as (rows, K).
-    _, d, q, p = _pieces(
-        *jax.lax.optimization_barrier((student, teacher, s_max, t_max)), s_sum, t_sum
+    a, b, d = _pieces(
+        *jax.lax.optimization_barrier((student, teacher, s_max, t_max, _lowest(student)))
     )
-    # log(S_S / S_T) = log1p(sum_k (q_k - p_k) S_S / S_T) = log1p(sum_k p_k expm1(d_k)):
+    # log(S_S / S_T) = log1p(sum_k (e^a_k - e^b_k) / S_T) = log1p(sum_k p_k expm1(d_k)):
     # the normaliser ratio from the logit differences, never as a difference of
     # two rounded logs (paper eq. 9, centred on the rows' maxima instead of on the
-    # p-mean of d, which saves a pass and keeps the same accuracy).
-    ratio = _log1p(jnp.sum(_signed_gap(q * (s_sum / t_sum), p, d), axis=-1, keepdims=True))
+    # p-mean of d, which saves a pass and keeps the same accuracy). Divided by S_T
+    # once after the sum: per-row factors inside it cost XLA's CPU reduction a
+    # (rows, K) broadcast each.
+    gaps = jnp.sum(_signed_gap(jnp.exp(a), jnp.exp(b), d), axis=-1, keepdims=True)
+    ratio = _log1p(gaps / t_sum)
 
     # s_k = log(q_k / p_k) and u_k = q_k - p_k from it: no subtraction of nearly
     # equal probabilities; exactly 0 where s_k = 0 (student == teacher). The u_k
     # are each within a few ulps, so they sum to zero within rounding; the
     # paper's extra pass re-centring them along q (g = u - q sum u) is skipped.
-    _, d, q, p = _pieces(
-        *jax.lax.optimization_barrier((teacher, student, ratio))[1::-1], s_max, t_max, s_sum, t_sum
+    teacher, student, ratio, lowest = jax.lax.optimization_barrier(
+        (teacher, student, ratio, _lowest(student))
     )
-    return _signed_gap(q, p, d - ratio)
+    a, b, d = _pieces(student, teacher, s_max, t_max, lowest)
+    return _signed_gap(jnp.exp(a) / s_sum, jnp.exp(b) / t_sum, d - ratio)
 
 
 @_student_grad.defjvp
@@ -140,17 +154,19 @@ def _teacher_grad(student, teacher, loss, s_max, s_sum, log_norm, t_max, t_sum):
 
 def _teacher_pieces(student, teacher, s_max, s_sum, log_norm, t_max, t_sum):
     """(p, -log q), elementwise, behind their own barrier."""
-    student, teacher, log_norm = jax.lax.optimization_barrier((student, teacher, log_norm))
-    a, _, _, p = _pieces(student, teacher, s_max, t_max, s_sum, t_sum)
-    return p, log_norm - a
+    student, teacher, log_norm, lowest = jax.lax.optimization_barrier(
+        (student, teacher, log_norm, _lowest(student))
+    )
+    a, b, _ = _pieces(student, teacher, s_max, t_max, lowest)
+    return jnp.exp(b) / t_sum, log_norm - a
 
 
 @_teacher_grad.defjvp
 def _teacher_grad_jvp(primals, tangents):
     # d(-p (log q + L)) = -dp (log q + L) - p (dlog q + dL), from the centred
     # softmax and log-softmax tangents and the loss's own tangent. (Autodiff of the
-    # forward statistics is not used: reverse mode through the count of maxima in
-    # `shifted_sums` cancels a 4/eps term and loses everything else.)
+    # forward statistics is not used: reverse mode through the weights min(1, k gap)
+    # of `shifted_sums` multiplies by k, 1 / the smallest normal number.)
     student, teacher, loss = primals[:3]
     d_student, d_teacher = tangents[:2]
     p, neg_log_q = _teacher_pieces(student, teacher, *primals[3:])

@@ -40,34 +40,36 @@ def shifted_sums(z: jax.Array):
 
     S = sum_j e^(z_j - z_max) as usual, and S_rest = S - 1, the sum without one max
     entry's own term e^0 = 1, computed without ever forming 1 + S_rest. With
-    gap_j = z_max - z_j and k = 4 / machine-epsilon, two sums split the row:
+    gap_j = z_max - z_j and k = 1 / (the dtype's smallest normal number),
 
-        B = sum_j e^-gap_j min(1, k gap_j)   every entry except the maxima, exactly,
-        N = sum_j max(0, 1 - k gap_j)        the number of maxima (ties included),
+        B = sum_j e^-gap_j min(1, k gap_j)   every entry except the maxima,
 
-    so S = B + N and S_rest = B + (N - 1): with a unique max, N - 1 = 0 exactly
-    and S_rest = B never touched the 1. (Entries within 1/k of the max but not
-    equal to it are split between B and N with an error below 1/k, a quarter of
-    an ulp.) Masked entries must arrive as -inf.
+        S_rest = B       where S < 3/2,      S_rest = S - 1   elsewhere.
 
-    Why two sums and not one sum with an index mask: XLA's CPU reductions fuse
-    exp, multiply and min/max into the sum but not an iota comparison, which
-    costs a (rows, K) temporary and three times the time.
+    A second max adds another 1 to S, so S < 3/2 means a unique max, and then B
+    never touched its 1. From S >= 3/2 on, S_rest >= 1/2 and S - 1 rounds at most
+    once (exactly below 2). (Entries within a subnormal gap of the max are split
+    between B and the maxima, but their e^-gap_j rounds to 1, so S >= 3/2 and B is
+    not used.) Masked entries must arrive as -inf.
+
+    Two sums, each one read of z, and the gradients need only S: under `jit`,
+    XLA drops the pass for B where only gradients are computed. (A count of the
+    maxima instead of the test on S would be a third read: XLA's CPU reductions
+    fuse exp, multiply and min/max into the sum, but not an index mask or a
+    comparison, and they do not fuse two sums of the same input into one pass.)
     """
-    k = 4.0 / float(jnp.finfo(z.dtype).eps)
-    zero = jnp.zeros((), z.dtype)
+    k = 1.0 / float(jnp.finfo(z.dtype).smallest_normal)
+    one = jnp.ones((), z.dtype)
     z_max = finite_row_max(z)  # a row of only -inf has sums 0, not NaN
     # The barriers stop XLA from sharing z_max - z between the two sums, which
     # would store it as a (rows, K) array: recomputing it is far cheaper. The two
     # tuples differ in order so XLA cannot merge the barriers either.
-    z_b, z_max_b = jax.lax.optimization_barrier((z, z_max))
+    z_s, z_max_s = jax.lax.optimization_barrier((z, z_max))
+    total = jnp.sum(jnp.exp(z_s - z_max_s), axis=-1, keepdims=True)
+    z_max_b, z_b = jax.lax.optimization_barrier((z_max, z))
     gap = z_max_b - z_b
-    one = jnp.ones((), z.dtype)
     below = jnp.sum(jnp.exp(-gap) * jnp.minimum(one, k * gap), axis=-1, keepdims=True)
-    z_max_n, z_n = jax.lax.optimization_barrier((z_max, z))
-    inv_k = jnp.asarray(1.0 / k, z.dtype)
-    count = k * jnp.sum(jnp.maximum(zero, inv_k - (z_max_n - z_n)), axis=-1, keepdims=True)
-    return z_max, below + count, below + (count - one)
+    return z_max, total, jnp.where(total < 1.5, below, total - one)
 
 
 def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:

@@ -182,6 +182,28 @@ def test_masks():
     )
 
 
+def test_cross_entropy_past_exact_float_indices(monkeypatch):
+    # Beyond 2^24 classes float32 cannot hold every index, and the target is left
+    # out of S_others by an integer comparison instead: same weights, same numbers.
+    from numerics import _cross_entropy
+
+    z = jnp.array([[3.0, 3.0, 1.0, -jnp.inf], [9.0, -9.0, -9.0, 0.0], [1.0, 2.0, 3.0, 4.0]])
+    t = jnp.array([0, 0, 1])
+    keep = jnp.array([[True, True, True, False], [True] * 4, [True, False, True, True]])
+
+    def loss_and_grads():
+        return [
+            jax.value_and_grad(lambda z, w=w: numerics.cross_entropy(z, t, where=w).sum())(z)
+            for w in (None, keep)
+        ]
+
+    fused = loss_and_grads()
+    monkeypatch.setattr(_cross_entropy, "_index_exact", lambda n, dtype: False)
+    for ours, theirs in zip(loss_and_grads(), fused, strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_jit_and_vmap_agree_with_eager():
     # Fusion may reorder a sum, so agreement is to a few ulps, not bit-for-bit.
     z = jax.random.normal(jax.random.key(0), (4, 6), jnp.float32)
