@@ -7,14 +7,8 @@ generalizes computes its logits as sum_w alpha_w cos(w (a + b - c)) over a few k
 frequencies w = 2 pi k / p; each output column c of the logits over the p x p grid of inputs
 (a, b) then lies in the span of cos(w (a + b)) and sin(w (a + b)). Everything below is
 measured from the logits on that full grid (all p^2 pairs, `tasks.modular_table` order), in
-the metric dtype (`grokbench.metrics.metric_dtype`). Losses are cross-entropies whatever loss
-the run trains with, taken as log(1 + e^-m) from the logit margin m (`numerics.logit_margin`,
-which masks the target out of the sum). Not `numerics.cross_entropy`: the ablated logits are a
-fused expression, and XLA on CPU recomputes such a producer inside each consumer's fusion with
-its own rounding (a multiply-add contracted in one, not in the other), so the target's
-gathered logit can sit an ulp above the row maximum; `cross_entropy` assumes one array and
-then returned losses of about +-ulp(z), negative means included, where the true loss was
-below 1e-30. Letters: F = p // 2 frequencies, K = p residues.
+the metric dtype (`grokbench.metrics.metric_dtype`), with the accurate `numerics.cross_entropy`
+whatever loss the run trains with. Letters: F = p // 2 frequencies, K = p residues.
 
 - Fourier basis: Nanda's `make_fourier_basis`: the p x p orthonormal rows const, cos 1,
   sin 1, ..., cos F, sin F of Z_p. Odd p only (an even p has a Nyquist row of zeros).
@@ -219,19 +213,14 @@ def measures_fn(
         norms_P = jnp.linalg.norm(jnp.asarray(basis, dt) @ embed_PxD, axis=-1)
         return {
             **_weight_norms(params, cfg.model, dt),
-            "restricted_loss": _mean_loss(restricted, y_all),
-            "excluded_loss": _mean_loss(excluded[train_N], y_all[train_N]),
+            "restricted_loss": jnp.mean(numerics.cross_entropy(restricted, y_all)),
+            "excluded_loss": jnp.mean(numerics.cross_entropy(excluded[train_N], y_all[train_N])),
             "gini": gini(norms_P),
             "logit_freq_share": share_F,
             "embed_freq_norm": jnp.sqrt(jnp.square(norms_P[1::2]) + jnp.square(norms_P[2::2])),
         }
 
     return measure
-
-
-def _mean_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean cross-entropy log(1 + e^-m) from the margins (see the module docstring)."""
-    return jnp.mean(jax.nn.softplus(-numerics.logit_margin(logits, labels)))
 
 
 def _dtype(params: Any) -> np.dtype:

@@ -12,7 +12,7 @@ from numerics._softmax import finite_row_max, logsumexp_or_neg_inf, softmax_last
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
-    """Per-row (z_max, z_t - z_max, [t is a kept max], S_others, S), keepdims.
+    """Per-row (z_max, z_t - z_max, [t is kept], S_others, S), keepdims.
 
     S sums the kept entries. S_others = sum_{j != t} e^(z_j - z_max) never contains
     the target's own term: when t is the argmax that term is the 1 that would
@@ -28,7 +28,6 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip").astype(ctype)
     shift_t = z_t - z_max
     kept_t = target_kept(labels, mask)
-    t_is_max = (shift_t == 0) & kept_t
     # The barrier pins the sum's inputs, so that XLA merges the copies of this pass
     # that value_and_grad traces (the loss and the gradient's statistics) instead of
     # rewriting them apart, which stores the exps and weights as (rows, K) arrays.
@@ -38,7 +37,7 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     # S >= 1 holds a max entry's e^0 = 1 (the target's or another's), so adding the
     # target's term to S_others rounds harmlessly.
     zero = jnp.zeros((), ctype)
-    return z_max, shift_t, t_is_max, s_others, s_others + jnp.where(kept_t, jnp.exp(shift_t), zero)
+    return z_max, shift_t, kept_t, s_others, s_others + jnp.where(kept_t, jnp.exp(shift_t), zero)
 
 
 def _compute_dtype(dtype) -> jnp.dtype:
@@ -68,12 +67,19 @@ def _not_target(labels: jax.Array, logits: jax.Array) -> jax.Array:
     return jnp.minimum(gap, jnp.ones((), logits.dtype))
 
 
-def _loss_from(t_is_max, shift_t, s_others, s_all) -> jax.Array:
-    # L = log(1 + e^-m). When t is a max, e^-m = S_others and log1p never forms
-    # 1 + e^-m. Otherwise L = log(S) - (z_t - z_max) adds two non-negative terms
-    # (S >= 1), with no cancellation; a masked-out target gives optax's
-    # logsumexp(kept) - z_t.
-    return jnp.where(t_is_max, jnp.log1p(s_others), jnp.log(s_all) - shift_t)
+def _loss_from(kept_t, shift_t, s_others, s_all) -> jax.Array:
+    # L = log(1 + e^-m). Near the max (z_t - z_max > -1), e^-m = S_others e^(z_max - z_t)
+    # is formed from S_others, which leaves the target out by its index, so log1p never
+    # forms 1 + e^-m and never subtracts the target's own term; at the max e^0 = 1 exactly.
+    # This also holds where z_t and z_max disagree by rounding: XLA may recompute a fused
+    # producer of the logits separately for the gather and for the max, with a
+    # multiply-add contracted in one copy and not the other, so the gathered z_t can sit
+    # an ulp above the row max; log(S) - (z_t - z_max) then gave losses of about
+    # -ulp(z) where the true loss was 1e-20. Far below the max, L = log(S) - (z_t - z_max)
+    # adds two non-negative terms (S >= 1), with no cancellation; a masked-out target
+    # gives optax's logsumexp(kept) - z_t.
+    near = jnp.log1p(s_others * jnp.exp(-jnp.maximum(shift_t, -1)))
+    return jnp.where(kept_t & (shift_t > -1), near, jnp.log(s_all) - shift_t)
 
 
 def target_kept(labels: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -97,8 +103,8 @@ def _any_kept(mask: jax.Array | None, shape) -> jax.Array:
 
 def _forward(logits, labels, mask):
     """The loss and the per-row statistics (in the compute dtype) its gradient is built from."""
-    z_max, shift_t, t_is_max, s_others, s_all = _normalizers(logits, labels, mask)
-    loss = _loss_from(t_is_max, shift_t, s_others, s_all)
+    z_max, shift_t, kept_t, s_others, s_all = _normalizers(logits, labels, mask)
+    loss = _loss_from(kept_t, shift_t, s_others, s_all)
     valid = valid_rows(logits, labels)[..., None]
     padding = ~_any_kept(mask, logits.shape)
     # Padding rows give loss 0 and gradient 0 whatever their label, as in optax;
