@@ -33,6 +33,7 @@ from tests.fakes import progress_columns
 
 # Every recipe shrunk to a few steps of a tiny task: the figures' code paths, not science.
 TINY = {"p": (7,), "steps": (100,), "eval_every": (50,), "seeds": (2,)}
+TINY["progress_measures"] = (False,)  # on only where a figure draws them (their compile time)
 
 
 def _fake_metrics(cfg, spiky: bool):
@@ -91,7 +92,8 @@ def _images(written):
 
 @pytest.mark.parametrize("name", ["fig2", "fig5", "table1", "fig6", "progress"])
 def test_each_run_figure_writes_non_empty_files(tmp_path, fake_engine, name):
-    written = _build(tmp_path, [name], out=tmp_path / "out")
+    overrides = {**TINY, "progress_measures": (name == "progress",)}
+    written = _build(tmp_path, [name], out=tmp_path / "out", overrides=overrides)
     files = written[name]
     assert files and all(p.is_file() and p.stat().st_size > 1000 for p in files)
     assert {p.name.split(".")[0].split("_")[0] for p in files} == {name}

@@ -11,6 +11,7 @@ from grokbench import cli, engine
 
 # fig2-top's own code path, shrunk: p = 7 (24 training examples), width 8, 30 steps.
 SHRINK = ["p=7", "d_model=8", "n_heads=2", "steps=30", "eval_every=10", "seeds=3"]
+SHRINK += ["progress_measures=false"]  # their compile time; tests/grokbench/test_fourier.py
 RUN_FIELDS = {
     "config",
     "test_accuracy",
