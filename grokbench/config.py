@@ -138,7 +138,9 @@ class RunConfig:
     warmup_steps: int = 0  # W > 0: lr (and so decay) x min(t / W, 1) at update t (Nanda: 10)
     # The measures move no training number: runs stored before them keep their hash (and are
     # retrained once, for the missing columns: grokbench.experiment).
-    progress_measures: bool = True  # Nanda et al.'s progress measures every eval_every (fourier)
+    # Off by default (~6% of a step, ~30% of a short run with its compile); fig2-top,
+    # setup-study and orthograd turn them on (recipes.py).
+    progress_measures: bool = False  # Nanda et al.'s progress measures every eval_every (fourier)
     seed: int = 0  # model init seed (runs of a sweep use seed, seed + 1, ...)
     # Distillation (fig7, grokbench.distill); off by default: a run trains from scratch.
     teacher_steps: int = 0  # N > 0: the student starts as a teacher trained N steps (fig7: 5,000)

@@ -99,7 +99,7 @@ def analyze_dir(path: pathlib.Path | str) -> list[dict]:
         raise ValueError(
             f"no run in {path} has Fourier progress measures (task {tasks}): they are "
             f"recorded for {' and '.join(fourier.FOURIER_TASKS)} at odd p by runs trained "
-            "with them (`grokbench run` retrains runs stored before they existed)"
+            "with progress_measures=true (fig2-top, setup-study and orthograd set it)"
         )
     return rows
 

@@ -69,6 +69,8 @@ class Recipe:
 # run of every setting. Final fixed-CE margins: medians 17.1-17.3 in every setting, runs
 # 16.6-17.5 (the paper: 17.9).
 _VARMA = RunConfig()  # a+b mod 31, width-64 transformer, AdamW 1e-3 (0.9, 0.98), wd 1, fp32
+# The recipes whose runs the progress figure and phase table read record the measures.
+_VARMA_PROGRESS = dataclasses.replace(_VARMA, progress_measures=True)
 _DOSHI = RunConfig(  # the 2-layer MLP benchmarks mod 97
     task="a^2+b^2",
     p=97,
@@ -136,7 +138,7 @@ RECIPES: dict[str, Recipe] = {
             "fig2-top",
             "slingshot with weight decay: a+b mod 31, AdamW wd 1, eps 1e-8, fp32, fixed vs "
             "standard CE (paper: standard spikes, 94 +- 5% test; fixed 100%, margin ~18)",
-            _VARMA,
+            _VARMA_PROGRESS,
             seeds=5,
             grids=({"loss": ("fixed", "standard")},),
             quick={"steps": 3000, "seeds": 2},
@@ -242,7 +244,7 @@ RECIPES: dict[str, Recipe] = {
             "how much each choice the fix paper leaves unstated moves grokking: fig2-top "
             "(fixed and standard CE) with the split, init scale, warmup, p+1 outputs, MLP "
             "width and heads changed one at a time (SETUP_AXES), 5 seeds each",
-            _VARMA,
+            _VARMA_PROGRESS,
             seeds=5,
             grids=tuple({"loss": ("fixed", "standard"), **axis} for axis in SETUP_AXES),
             # Quick: fixed CE only, 2 seeds, 1,500 steps (16 runs in 8 programs, ~2 minutes on
@@ -253,7 +255,7 @@ RECIPES: dict[str, Recipe] = {
             "orthograd",
             "⊥Grad (Prieto et al.): fig2-top with standard, StableMax and fixed CE, with and "
             "without ⊥Grad, at weight decay 0 and 1 (paper: ⊥Grad groks without weight decay)",
-            _VARMA,
+            _VARMA_PROGRESS,
             # Table 1's smallest seed count; Prieto et al.'s trainer chains ⊥Grad before AdamW
             # (`OrthoGrad(params, AdamW)`), as RunConfig.orthograd does.
             seeds=3,

@@ -28,7 +28,7 @@ def _circuit(task: str, k: int, scale: float = 6.0) -> np.ndarray:
 @functools.cache
 def _measurer(task: str):
     """The measures of `task` at p = 11 on a given logit table (one compilation per task)."""
-    cfg = RunConfig(task=task, p=P, d_model=8, n_heads=2)
+    cfg = RunConfig(task=task, p=P, d_model=8, n_heads=2, progress_measures=True)
 
     def measure(params, table, x_train):
         return fourier.measures_fn(cfg, lambda params, tokens: table)(params, x_train)
@@ -73,12 +73,13 @@ def test_gini_and_weight_norms():
     np.testing.assert_allclose(fourier.gini(np.eye(1, 8, 3, dtype=np.float32)[0]), 7 / 8)
     m = _measure("a+b", _circuit("a+b", 1))
     assert m["weight_sq"] == pytest.approx(m["weight_sq_embed"] + m["weight_sq_unembed"])
-    assert fourier.columns(RunConfig(task="a^2+b^2", p=97, model="mlp")) == (
+    mlp = RunConfig(task="a^2+b^2", p=97, model="mlp", progress_measures=True)
+    assert fourier.columns(mlp) == (
         "weight_sq",
         "weight_sq_embed",
         "weight_sq_unembed",
     )
-    assert fourier.columns(RunConfig(progress_measures=False)) == ()
+    assert fourier.columns(RunConfig()) == ()  # off unless a recipe or the user turns them on
 
 
 def test_orthograd_is_prietos_projection():
@@ -134,17 +135,25 @@ def _store_runs(tmp_path, cfg, metrics):
 
 
 def test_progress_command_table_and_bad_input(tmp_path, capsys):
-    cfg = RunConfig(p=7, steps=600)
+    cfg = RunConfig(p=7, steps=600, progress_measures=True)
     m = _metrics([3.0, 0.5, 0.4, 0.3, 0.2, 0.1], [4, 3, 2, 1, 0.3, 0.15], [0.5] * 5 + [1], [1])
     m.pop("train_acc")
     root = _store_runs(tmp_path / "ok", cfg, m)
     assert cli.main(["progress", str(root)]) == 0
     out = capsys.readouterr().out
     assert "circuit" in out and "2,4" in out
-    mlp = RunConfig(task="a^2+b^2", p=7, model="mlp", steps=600)
+    mlp = RunConfig(task="a^2+b^2", p=7, model="mlp", steps=600, progress_measures=True)
     plain = {"test_step": 100 * np.arange(1, 7), "test_loss": np.ones(6), "test_acc": np.ones(6)}
     root = _store_runs(tmp_path / "mlp", mlp, plain)
     assert cli.main(["progress", str(root)]) == 2
     err = capsys.readouterr().err.strip()
     assert "no run in" in err and "Fourier" in err and len(err.splitlines()) == 1
     assert cli.main(["progress", str(tmp_path / "nothing")]) == 2
+
+
+def test_recipes_that_read_the_measures_record_them():
+    from grokbench import recipes
+
+    for name in ("fig2-top", "setup-study", "orthograd"):
+        assert all(c.progress_measures for c in recipes.expand(recipes.RECIPES[name])), name
+    assert not any(c.progress_measures for c in recipes.expand(recipes.RECIPES["fig4"]))
