@@ -22,9 +22,9 @@ from grokbench.precision import precision_scope
 from grokbench.store import Store
 from tasks import build_model, modular_split
 
-# The progress measures (tests/grokbench/test_fourier.py) cost compile time in every test;
-# they are on only in `_variants`, which the batching and sharding tests compare.
-TINY = RunConfig(p=7, d_model=8, n_heads=2, steps=20, eval_every=10, progress_measures=False)
+# The progress measures (off by default; tests/grokbench/test_fourier.py) are on in
+# `_variants`, which the batching and sharding tests compare.
+TINY = RunConfig(p=7, d_model=8, n_heads=2, steps=20, eval_every=10)
 
 
 def _variants():

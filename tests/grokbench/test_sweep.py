@@ -22,7 +22,6 @@ from grokbench import cli, engine, sweep
 from grokbench.store import load_metrics
 
 SHRINK = ["p=7", "d_model=8", "n_heads=2", "eval_every=50", "weight_decay=1"]
-SHRINK += ["progress_measures=false"]  # their compile time; tests/grokbench/test_fourier.py
 GRID = ["fig4", *SHRINK, "steps=600", "eps=1e-4,1e-8,0", "seeds=2", "--batch", "2"]
 N_RUNS = 6
 
