@@ -55,7 +55,7 @@ FIGURE_OF: dict[str, str] = {
 }
 """The `grokbench figures` name whose build makes each recipe's runs."""
 
-RUN_ONLY: tuple[str, ...] = ("orthograd",)
+RUN_ONLY: tuple[str, ...] = ("orthograd", "eps-settle")
 """Recipes the report reads that no figure draws: `grokbench run NAME` makes their runs."""
 
 

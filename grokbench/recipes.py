@@ -252,6 +252,16 @@ RECIPES: dict[str, Recipe] = {
             quick={"steps": 1500, "seeds": 2, "loss": "fixed"},
         ),
         Recipe(
+            "eps-settle",
+            "no slingshot when eps >= 1e-7: fig2-top with standard CE at eps 1e-7 and 1e-6 "
+            "(paper, Sec. 5: log(1/eps) <= 16.1 < c32, so standard CE settles without spiking)",
+            dataclasses.replace(_VARMA, loss="standard"),
+            # fig2-top's 5 seeds and 10,000 steps; the claim is tested on the full recipe only.
+            seeds=5,
+            grids=({"eps": (1e-7, 1e-6)},),
+            quick={"steps": 3000, "seeds": 1},
+        ),
+        Recipe(
             "orthograd",
             "⊥Grad (Prieto et al.): fig2-top with standard, StableMax and fixed CE, with and "
             "without ⊥Grad, at weight decay 0 and 1 (paper: ⊥Grad groks without weight decay)",

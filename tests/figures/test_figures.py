@@ -284,6 +284,11 @@ def _fig2(good: bool):
             for loss in ("fixed", "standard")
             for s in range(3)
         ],
+        "eps-settle": [
+            _run("eps-settle", eps=eps, seed=s, spikes=0 if good or eps == 1e-7 or s else 2)
+            for eps in (1e-7, 1e-6)
+            for s in range(5)
+        ],
     }
 
 

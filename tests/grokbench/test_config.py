@@ -28,6 +28,7 @@ REQUIRED_RECIPES = [
     "fig4",
     "fig7",
     "orthograd",
+    "eps-settle",
 ]
 CONTRACT_KEYS = [
     "task",
