@@ -5,12 +5,24 @@ rank promotion raising, so an accidental upcast or broadcast is a test failure,
 not a silent change of precision. Warnings are errors (pyproject.toml).
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Must be set before jax initialises its backends.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 ).strip()
+
+# One persistent compilation cache per test session, made by the first process (pytest, or
+# xdist's controller) and inherited by its workers, the CLI subprocesses and the Ray workers
+# (`grokbench.executors`): a program another process (or another test's closure) already
+# compiled is loaded, not compiled again. A cached program is the compiled one, bit for bit.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="grokbench-jax-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 import jax
 

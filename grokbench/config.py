@@ -35,6 +35,7 @@ __all__ = [
     "OPTIMIZERS",
     "SPLITS",
     "VMAPPED",
+    "YNN_DOT_MIN_WIDTH",
     "ConfigError",
     "RunConfig",
     "check_field_types",
@@ -48,6 +49,7 @@ __all__ = [
     "parse_value",
     "require",
     "split_override",
+    "xla_options",
 ]
 
 CONFIG_VERSION = 4
@@ -407,9 +409,33 @@ def identity(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.to_dict().items() if not (k in ADDED_FIELDS and v == defaults[k])}
 
 
+YNN_DOT_MIN_WIDTH = 128
+"""Transformers at least this wide compile with YNNPACK on the dots only (`xla_options`)."""
+
+
+def xla_options(cfg: RunConfig) -> dict[str, str]:
+    """XLA compiler options of `cfg`'s training programs (`jax.jit(compiler_options=...)`).
+
+    XLA CPU's default fuses each dot with the elementwise ops and reductions around it into
+    one YNNPACK fusion. Keeping YNNPACK for the dots alone (`individual_dot`) runs Nanda et
+    al.'s width-128 model ~1.3x faster end to end, but slows a vmapped batch of the width-64
+    model (docs/benchmarks.md). So transformers of width >= `YNN_DOT_MIN_WIDTH` take it and
+    every other model keeps XLA's default. The option moves a run's last bits: when set it
+    is part of the run's hash (`config_hash`), so runs stored before it are not reused.
+    """
+    if cfg.model == "transformer" and cfg.d_model >= YNN_DOT_MIN_WIDTH:
+        return {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+    return {}
+
+
 def config_hash(cfg: RunConfig) -> str:
-    """A stable 16-hex-digit hash of the run's `identity` and `CONFIG_VERSION`."""
-    payload = json.dumps({"version": CONFIG_VERSION, **identity(cfg)}, sort_keys=True)
+    """A stable 16-hex-digit hash of the run's `identity`, `CONFIG_VERSION` and `xla_options`
+    (when it sets any: the runs on XLA's defaults keep the hashes they had before it)."""
+    options = xla_options(cfg)
+    payload = json.dumps(
+        {"version": CONFIG_VERSION, **identity(cfg), **({"xla": options} if options else {})},
+        sort_keys=True,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -30,7 +30,7 @@ import tqdm
 import numerics
 from grokbench import fourier
 from grokbench import metrics as metrics_lib
-from grokbench.config import RunConfig, group_key
+from grokbench.config import RunConfig, group_key, xla_options
 from grokbench.optimizers import Hyper, apply, orthograd, scale_by_direction
 from grokbench.precision import Precision, get_precision, precision_scope
 from tasks import build_model, modular_split
@@ -314,7 +314,9 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, _, chunk_one = _build(static, get_precision(static.precision), fast)
     chunk = jax.vmap(chunk_one, in_axes=(0, 0, data_axis(static), None))
-    return jax.jit(jax.vmap(init_one)), jax.jit(chunk, static_argnums=3)
+    options = xla_options(static)
+    init = jax.jit(jax.vmap(init_one), compiler_options=options)
+    return init, jax.jit(chunk, static_argnums=3, compiler_options=options)
 
 
 def clear_compiled() -> None:

@@ -32,8 +32,9 @@ EXECUTORS: tuple[str, ...] = ("local", "ray")
 _Unit = Sequence[RunConfig]
 _OnSteps = Callable[[int], object]
 
-# Environment a Ray worker needs to compile the same program as this process.
-_WORKER_ENV = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64")
+# Environment a Ray worker needs to compile the same program as this process (and to load
+# it from the persistent compilation cache, where this process has one).
+_WORKER_ENV = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64", "JAX_COMPILATION_CACHE_DIR")
 
 
 class Executor(Protocol):

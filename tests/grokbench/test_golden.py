@@ -43,6 +43,19 @@ GOLDEN_GROKKING = {
 # The same config at seed 1 draws its own split (split=per_seed, CONFIG_VERSION 3): train_loss.
 GOLDEN_SEED1_TRAIN_LOSS = [2.3756356239318848, 2.348179817199707, 2.322178840637207]
 
+# The same steps at width 128, where `config.xla_options` compiles YNNPACK on the dots only
+# (`individual_dot`): XLA's default fusions give other last bits (adam_step at step 1:
+# 0.8907386064529419), so these runs hash apart (`xla` in `config_hash`).
+GOLDEN_WIDE = {
+    "train_loss": [2.1637635231018066, 1.863267183303833, 1.8168506622314453],
+    "adam_step": [0.8907396197319031, 0.6186042428016663, 0.564173698425293],
+}
+
+# Hashes that the per-program XLA options must leave alone: the width-64 reference config
+# (fig2-top, Table 1) keeps the hash it had before them; width 128 takes a new one.
+GOLDEN_REFERENCE_HASH = "54c6880ffb400c04"
+GOLDEN_WIDE_HASH = "5e52f951bce33392"  # "d8f815b678c2e458" on XLA's default fusions
+
 # One encoder layer, clipped softmax, 2 steps on a fixed synthetic text: the loss before and
 # after one AdamW step, and the final parameters' global L2 norm (float64 sum of squares).
 GOLDEN_QUANT_LOSS = [3.0358405113220215, 3.0267815589904785]
@@ -76,6 +89,21 @@ def test_grokking_steps_are_golden(loss):
     for name, expected in GOLDEN_GROKKING.items():
         assert out.metrics[name].dtype == np.float32, name
         _check(f"{loss} {name}", out.metrics[name], expected)
+
+
+def test_wide_transformer_steps_are_golden():
+    cfg = config.RunConfig(p=7, d_model=128, n_heads=2, steps=3, eval_every=3)
+    assert config.xla_options(cfg)  # the individual_dot program
+    (out,) = engine.train([cfg], progress=False)
+    for name, expected in GOLDEN_WIDE.items():
+        _check(f"width 128 {name}", out.metrics[name], expected)
+
+
+def test_xla_options_move_only_the_hashes_of_the_runs_they_change():
+    assert config.xla_options(config.RunConfig()) == {}
+    assert config.config_hash(config.RunConfig()) == GOLDEN_REFERENCE_HASH
+    wide = config.RunConfig(p=7, d_model=128, n_heads=2, steps=3, eval_every=3)
+    assert config.config_hash(wide) == GOLDEN_WIDE_HASH
 
 
 def test_per_seed_split_is_golden():

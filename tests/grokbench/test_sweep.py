@@ -37,19 +37,14 @@ def _sweep_argv(out, grid=GRID):
     return ["sweep", *grid, "--out", str(out), "--no-progress"]
 
 
-@pytest.fixture(scope="module")
-def jax_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("jax-cache"))
-
-
-def _subprocess(argv, cache):
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache}
+def _subprocess(argv):
+    # It inherits the session's compilation cache (conftest.py): the programs `reference`
+    # compiled are loaded, not compiled again.
     return subprocess.Popen(
         [sys.executable, "-m", "grokbench.cli", *argv],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
     )
 
 
@@ -99,9 +94,9 @@ def test_sweep_directory_layout_and_table(reference, capsys):
         assert (reference / row.run_dir / "metrics.npz").is_file()
 
 
-def test_resume_after_sigkill_matches_uninterrupted(reference, tmp_path, jax_cache):
+def test_resume_after_sigkill_matches_uninterrupted(reference, tmp_path):
     out = tmp_path / "killed"
-    proc = _subprocess(_sweep_argv(out), jax_cache)
+    proc = _subprocess(_sweep_argv(out))
     deadline = time.monotonic() + 120
     while not list(out.glob("runs/*/summary.json")):
         assert proc.poll() is None, proc.stderr.read()
@@ -114,7 +109,7 @@ def test_resume_after_sigkill_matches_uninterrupted(reference, tmp_path, jax_cac
     assert 0 < len(finished) < N_RUNS, "the kill should land mid-sweep"
     assert not (out / "summary.json").exists()
 
-    again = _subprocess(_sweep_argv(out), jax_cache)
+    again = _subprocess(_sweep_argv(out))
     assert again.wait(timeout=300) == 0, again.stderr.read()
     again.stderr.close()
     _assert_identical(_runs(out), _runs(reference))
