@@ -219,8 +219,26 @@ def softmax_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
     # same e_k makes the errors of e_k / (1 + S_others) partly cancel.
     e = jax.lax.optimization_barrier(jnp.exp(shifted))
     hi, lo = one_plus(sum_of_others(e, shifted))
+    return _kept(_divide(e, hi, lo), x, mask, 0.0)
+
+
+def _split(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Veltkamp's split: a = high + low exactly, each with half the significand."""
+    c = (2.0 ** ((jnp.finfo(a.dtype).nmant + 2) // 2) + 1) * a
+    high = c - (c - a)
+    return high, a - high
+
+
+def _divide(e: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """e / (hi + lo), rounded about once: q = e / hi, then q + r / hi with the exact
+    remainder r = e - q (hi + lo) (Dekker's product of q and hi)."""
     q = e / hi
-    return _kept(q - q * (lo / hi), x, mask, 0.0)
+    q1, q2 = _split(q)
+    h1, h2 = _split(hi)
+    product = q * hi
+    error = ((q1 * h1 - product) + q1 * h2 + q2 * h1) + q2 * h2
+    remainder = ((e - product) - error) - q * lo
+    return q + remainder / hi
 
 
 @softmax_last.defjvp
@@ -298,10 +316,12 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
     r"""Softmax whose small probabilities and dominant-entry gradient survive the cliff.
 
     p_k = e^shifted_k / (1 + S_others) with shifted_k and S_others as in
-    `log_softmax`, the divisor carried as hi + lo = 1 + S_others exactly: the
+    `log_softmax`, the divisor carried as hi + lo = 1 + S_others exactly and divided
+    by with Dekker's exact remainder, so each quotient rounds about once: the
     dominant probability is 1/(1 + e^-m), the others are e^shifted_k over it, each
     from its own exponential (never exp of a rounded log, which costs |log p| ulps).
-    bf16 and fp16 compute in float32 and round once.
+    bf16 and fp16 compute in float32 and round once. Within `numerics.testing.ULPS`
+    on logits [m, 0] over the whole margin range, as `log_softmax`.
 
     Derivatives: dp = p * (d - sum_j p_j d_j) (`log_softmax`'s rule, centred on a
     max entry i), written so that reverse mode centres the cotangent c on i too,

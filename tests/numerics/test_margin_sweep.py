@@ -55,23 +55,8 @@ def _sweep(dtype, name):
     return m, (out, grad), exact
 
 
-# XLA's float64 exp is off by up to 1.45 ulps (measured); e^-m / (1 + e^-m) adds the
-# division's and the compensation's roundings, or doubles it where the quotient falls
-# just below the power of two that e^-m sits above: 2.16 ulps at m = 5.159 here.
-_FP64_SOFTMAX = pytest.mark.xfail(
-    strict=True, reason="fp64 softmax values reach 2.16 ulps > 2 (XLA's f64 exp, docs/numerics.md)"
-)
-
-
-@pytest.mark.parametrize(
-    ("dtype", "name"),
-    [
-        pytest.param(d, n, marks=_FP64_SOFTMAX if (d, n) == (np.float64, "softmax") else ())
-        for d in DTYPES
-        for n in FUNCTIONS
-    ],
-    ids=str,
-)
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_margin_sweep_values_within_the_table(dtype, name):
     m, (out, _), (exact, _) = _sweep(dtype, name)
     for k in range(2):
