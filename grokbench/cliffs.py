@@ -14,7 +14,6 @@ import numerics
 from numerics import standard
 
 DTYPES = ("bfloat16", "float16", "float32", "float64")
-_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,24 +48,12 @@ def _loss(loss_fn: Callable) -> Callable:
 
 
 def _first_zero_from(fn: Callable, dtype: np.dtype, hi: float) -> float:
-    """Smallest positive m of `dtype` in (0, hi] with fn(m') == 0 for all m' >= m.
-
-    Bisects on bit patterns: for positive floats they order like the values, so
-    about 64 evaluations find the exact representable threshold.
-    """
-    uint = _UINT[dtype.itemsize]
-    lo_bits = int(np.array(0.0, dtype).view(uint))  # fn(0) != 0 for every function here
-    hi_bits = int(np.array(hi, dtype).view(uint))
+    """Smallest positive m of `dtype` in (0, hi] with fn(m) == 0 for all m' >= m
+    (`numerics.first_zero`); inf if fn(hi) != 0."""
     if fn(jnp.asarray(np.array(hi, dtype)[None]))[0] != 0:
         return float("inf")
-    while hi_bits - lo_bits > 1:
-        mid = (lo_bits + hi_bits) // 2
-        value = np.array(mid, uint).view(dtype)
-        if fn(jnp.asarray(value[None]))[0] == 0:
-            hi_bits = mid
-        else:
-            lo_bits = mid
-    return float(np.array(hi_bits, uint).view(dtype))
+    # fn(0) != 0 for every function here.
+    return numerics.first_zero(lambda m: fn(jnp.asarray(m))[0], 0.0, hi, dtype)
 
 
 def measure(dtype_name: str) -> CliffRow:

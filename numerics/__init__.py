@@ -21,6 +21,7 @@ from numerics._baselines import stablemax_cross_entropy as stablemax_cross_entro
 from numerics._baselines import zero_sum_cross_entropy as zero_sum_cross_entropy
 from numerics._baselines import zero_sum_gradient as zero_sum_gradient
 from numerics._cliffs import equilibrium_margin as equilibrium_margin
+from numerics._cliffs import first_zero as first_zero
 from numerics._cliffs import precision_cliff as precision_cliff
 from numerics._cross_entropy import cross_entropy as cross_entropy
 from numerics._cross_entropy import logit_margin as logit_margin
@@ -33,6 +34,7 @@ __all__ = [
     "clipped_softmax_gamma",
     "cross_entropy",
     "equilibrium_margin",
+    "first_zero",
     "log_softmax",
     "logit_margin",
     "oracle",

@@ -1,8 +1,9 @@
-"""Precision cliffs and the Adam margin equilibrium."""
+"""Precision cliffs, the first zero of a function of the margin, and the Adam margin equilibrium."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import ml_dtypes
@@ -68,3 +69,38 @@ def equilibrium_margin(eps: float) -> float:
     if not eps >= 0.0:
         raise ValueError(f"eps must be >= 0; got {eps}.")
     return math.inf if eps == 0.0 else -math.log(eps)
+
+
+def first_zero(fn: Callable, lo: float, hi: float, dtype) -> float:
+    """Smallest m of `dtype` in (lo, hi] with fn(m) == 0, by bisection on bit patterns.
+
+    For 0 <= lo < hi with fn(lo) != 0 and fn(hi) == 0, and fn zero from its first zero
+    on (as a gradient that underflows or collapses past a cliff): positive floats order
+    like their bit patterns, so about as many calls as the dtype has bits find the
+    exact representable threshold.
+
+    Example:
+      >>> first_zero(lambda m: m[0] < 3.0, 0.0, 10.0, "float32")  # 30 calls
+      3.0
+
+    Args:
+      fn: called with a 1-element NumPy array of `dtype`; its result compares with 0.
+      lo: where fn is not 0, >= 0.
+      hi: where fn is 0.
+      dtype: the float dtype whose values are searched.
+
+    Returns:
+      The first zero as a Python float.
+    """
+    dtype = _float_dtype(dtype)
+    if not 0.0 <= lo < hi:
+        raise ValueError(f"need 0 <= lo < hi; got lo={lo}, hi={hi}.")
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
+    while high - low > 1:
+        mid = (low + high) // 2
+        if fn(np.array([mid], uint).view(dtype)) == 0:
+            high = mid
+        else:
+            low = mid
+    return float(np.array(high, uint).view(dtype))

@@ -40,9 +40,9 @@ def shifted_sums(z: jax.Array):
 
     S = sum_j e^(z_j - z_max) as usual, and S_rest = S - 1, the sum without one max
     entry's own term e^0 = 1, computed without ever forming 1 + S_rest. With
-    gap_j = z_max - z_j and k = 1 / (the dtype's smallest normal number),
+    gap_j = z_max - z_j,
 
-        B = sum_j e^-gap_j min(1, k gap_j)   every entry except the maxima,
+        B = sum_j e^-gap_j off_max(gap_j)   every entry except the maxima,
 
         S_rest = B       where S < 3/2,      S_rest = S - 1   elsewhere.
 
@@ -58,7 +58,6 @@ def shifted_sums(z: jax.Array):
     fuse exp, multiply and min/max into the sum, but not an index mask or a
     comparison, and they do not fuse two sums of the same input into one pass.)
     """
-    k = 1.0 / float(jnp.finfo(z.dtype).smallest_normal)
     one = jnp.ones((), z.dtype)
     z_max = finite_row_max(z)  # a row of only -inf has sums 0, not NaN
     # The barriers stop XLA from sharing z_max - z between the two sums, which
@@ -68,29 +67,84 @@ def shifted_sums(z: jax.Array):
     total = jnp.sum(jnp.exp(z_s - z_max_s), axis=-1, keepdims=True)
     z_max_b, z_b = jax.lax.optimization_barrier((z_max, z))
     gap = z_max_b - z_b
-    below = jnp.sum(jnp.exp(-gap) * jnp.minimum(one, k * gap), axis=-1, keepdims=True)
+    below = jnp.sum(jnp.exp(-gap) * off_max(gap), axis=-1, keepdims=True)
     return z_max, total, jnp.where(total < 1.5, below, total - one)
 
 
-def _margin_form(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """log_softmax over the last axis, in the dtype of `x` (paper eq. 5)."""
-    i_max = argmax(x, mask)
-    is_max = jax.lax.broadcasted_iota(i_max.dtype, x.shape, x.ndim - 1) == i_max
-    x_max = jnp.take_along_axis(x, i_max, axis=-1)
-    # The argmax slot is an exact 0 rather than x_max - x_max.
-    shifted = jnp.where(is_max, jnp.zeros((), x.dtype), x - x_max)
-    # Exclude the argmax from the sum so 1 is never added to e^-m: this
-    # log-sum-exp is -m itself, accurate down to exponent underflow.
-    excluded = is_max if mask is None else is_max | ~mask
-    neg_margin = logsumexp_or_neg_inf(jnp.where(excluded, -jnp.inf, shifted))
-    # log(1 + e^-m) = softplus(-m), evaluated without ever forming 1 + e^-m.
-    out = shifted - jax.nn.softplus(neg_margin)
-    return out if mask is None else jnp.where(mask, out, -jnp.inf)
+def compute_dtype(dtype) -> jnp.dtype:
+    """float64 for float64 input, float32 for the others: the per-row sums and the
+    outputs are computed there and rounded once to the input's dtype."""
+    return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
 
 
-def argmax(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """Index of the largest kept entry over the last axis (keepdims); 0 for a fully masked row."""
-    return jnp.argmax(x if mask is None else jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True)
+def _kept_logits(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """x in the compute dtype (`compute_dtype`), -inf where masked out."""
+    return (x if mask is None else jnp.where(mask, x, -jnp.inf)).astype(compute_dtype(x.dtype))
+
+
+def off_max(gap: jax.Array) -> jax.Array:
+    """min(1, gap / smallest normal) for gaps z_max - z_k >= 0: 0 at every maximum, 1
+    from a gap of one smallest normal number on. Arithmetic, so XLA's CPU reductions
+    fuse it into a sum (an index mask or a comparison they would not)."""
+    one = jnp.ones((), gap.dtype)
+    return jnp.minimum(one, gap / jnp.finfo(gap.dtype).smallest_normal)
+
+
+def _shifted(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """x_k - max x over the last axis in the compute dtype (`compute_dtype`): an exact 0 at
+    each maximum (+inf included), -inf where masked out, NaN for a row of only -inf."""
+    z = _kept_logits(x, mask)
+    top = jnp.max(z, axis=-1, keepdims=True)
+    return jnp.where((z == top) & (top > -jnp.inf), jnp.zeros((), z.dtype), z - top)
+
+
+def sum_of_others(e: jax.Array, shifted: jax.Array) -> jax.Array:
+    """S_others = sum of e_k = e^shifted_k over every entry but one maximum (keepdims).
+
+    With S = sum_k e_k and B = sum_k e_k `off_max`(-shifted_k), the sum without every
+    maximum, S_others = B where S < 2 and S - 1 elsewhere: a second maximum adds
+    another 1 to S, so S < 2 means a unique one, whose e^0 = 1 B never touched; a
+    small e^-m is summed, never added to 1. Entries within a subnormal gap of a
+    maximum have e_k = 1, so S >= 2 and B is not used. No index: both sums fuse.
+    """
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    below = jnp.sum(e * off_max(-shifted), axis=-1, keepdims=True)
+    return jnp.where(total < 2, below, total - 1)
+
+
+def one_plus(s: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(hi, lo) with hi = fl(1 + s) and hi + lo = 1 + s exactly, for s >= 0 (Fast2Sum)."""
+    one = jnp.ones((), s.dtype)
+    hi = one + s
+    return hi, jnp.minimum(one, s) - (hi - jnp.maximum(one, s))
+
+
+def log1p_of_sum(s: jax.Array) -> jax.Array:
+    """log1p(s) for s >= 0 as log(hi) + lo / hi from `one_plus`: within about 1.5 ulps
+    in float32 and 1 in float64, where XLA's CPU log1p is off by up to 2.3 and 1.9."""
+    hi, lo = one_plus(s)
+    return jnp.log(hi) + lo / hi
+
+
+def max_index(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Index of a largest kept entry over the last axis (keepdims, int32): the centre
+    of the tangent rules.
+
+    The sum of the indices of the maxima, sum_k k (1 - `off_max`(gap_k)), a sum
+    XLA's CPU reductions fuse (jnp.argmax
+    costs ten times as much). A unique max gives its own index; ties, where no entry
+    dominates and any centre is as good, give some index in range, as do rows of only
+    -inf or with NaN (whose results are -inf or NaN anyway). K beyond the compute
+    dtype's exact integers falls back to `jnp.argmax`.
+    """
+    z = _kept_logits(x, mask)
+    num_classes = x.shape[-1]
+    if num_classes > 2 ** (jnp.finfo(z.dtype).nmant + 1):
+        return jnp.argmax(z, axis=-1, keepdims=True).astype(jnp.int32)
+    at_max = 1 - off_max(jnp.max(z, axis=-1, keepdims=True) - z)
+    iota = jax.lax.broadcasted_iota(z.dtype, z.shape, z.ndim - 1)
+    index = jnp.nan_to_num(jnp.sum(at_max * iota, axis=-1, keepdims=True))
+    return jnp.clip(index, 0, num_classes - 1).astype(jnp.int32)
 
 
 def centred_tangent(p: jax.Array, dx: jax.Array, i_max: jax.Array) -> jax.Array:
@@ -106,34 +160,92 @@ def centred_tangent(p: jax.Array, dx: jax.Array, i_max: jax.Array) -> jax.Array:
     return d - jnp.sum(p * d, axis=-1, keepdims=True)
 
 
+def add_along_rows(x: jax.Array, index: jax.Array, value: jax.Array) -> jax.Array:
+    """x with value[..., 0] added at x[..., index[..., 0]] in each row: a scatter-add, so
+    that reverse mode (a gather) keeps only the index, never a (rows, K) mask."""
+    rows = x.reshape(-1, x.shape[-1])
+    at = (jnp.arange(rows.shape[0]), index.reshape(-1))
+    return rows.at[at].add(value.reshape(-1)).reshape(x.shape)
+
+
+def _tangent(p: jax.Array, dx: jax.Array, x: jax.Array, mask, log: bool) -> jax.Array:
+    """The tangent of log_softmax (`log`) or softmax at probabilities p, in the compute
+    dtype, rounded once; masked entries get 0."""
+    ctype = compute_dtype(p.dtype)
+    p, dx, i_max = p.astype(ctype), dx.astype(ctype), max_index(x, mask)
+    if log:
+        dy = centred_tangent(p, dx, i_max)
+    else:
+        # dp = p * centred_tangent(p, dx), written so that its transpose (reverse mode)
+        # centres the cotangent c on the argmax too: g_k = p_k (b_k - sum_j p_j b_j) with
+        # b = c - c_i, never p_k c_k - p_k sum_j p_j c_j, which cancels where p_k c_k
+        # dominates (q (1 - q) as q - q^2). The last step sets dp_i = -sum_{k != i} dp_k.
+        v = p * (dx - jnp.take_along_axis(dx, i_max, axis=-1))
+        t = v - p * jnp.sum(v, axis=-1, keepdims=True)
+        dy = add_along_rows(t, i_max, -jnp.sum(t, axis=-1, keepdims=True))
+    dy = dy.astype(x.dtype)
+    # Masked entries are a constant (-inf, or 0): tangent 0, as in jax.nn.
+    return dy if mask is None else jnp.where(mask, dy, jnp.zeros((), dy.dtype))
+
+
+def _kept(out: jax.Array, x: jax.Array, mask, fill: float) -> jax.Array:
+    """`out` rounded to x's dtype, `fill` where masked out (a fully masked row's NaN too)."""
+    out = out.astype(x.dtype)
+    return out if mask is None else jnp.where(mask, out, jnp.asarray(fill, x.dtype))
+
+
 @jax.custom_jvp
 def log_softmax_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """log_softmax over the last axis: the margin form, with an exact linear tangent rule."""
-    return _margin_form(x, mask)
+    """log_softmax over the last axis: shifted_k - log1p(S_others), rounded once."""
+    shifted = _shifted(x, mask)
+    s_others = sum_of_others(jnp.exp(shifted), shifted)
+    return _kept(shifted - log1p_of_sum(s_others), x, mask, -jnp.inf)
 
 
 @log_softmax_last.defjvp
 def _log_softmax_jvp(primals, tangents):
     x, mask = primals
-    # The primal through the custom function itself, so higher orders use this rule too.
-    y = log_softmax_last(x, mask)
-    dy = centred_tangent(jnp.exp(y), tangents[0], argmax(x, mask))
-    # Masked entries are a constant -inf: tangent 0, as in jax.nn.
-    return y, dy if mask is None else jnp.where(mask, dy, jnp.zeros((), dy.dtype))
+    # The primals through the custom functions themselves, so higher orders use these
+    # rules too. p directly, not exp(log p): that would cost |log p| ulps.
+    return log_softmax_last(x, mask), _tangent(softmax_last(x, mask), tangents[0], x, mask, True)
 
 
 @jax.custom_jvp
 def softmax_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """softmax over the last axis as exp of the margin form, with an exact linear tangent rule."""
-    return jnp.exp(_margin_form(x, mask))
+    """softmax over the last axis: e^shifted_k / (1 + S_others), rounded once."""
+    shifted = _shifted(x, mask)
+    # One array of exponentials for the sums and the quotients: XLA's sum and
+    # elementwise exp kernels can round e^shifted differently, and S_others from the
+    # same e_k makes the errors of e_k / (1 + S_others) partly cancel.
+    e = jax.lax.optimization_barrier(jnp.exp(shifted))
+    hi, lo = one_plus(sum_of_others(e, shifted))
+    return _kept(_divide(e, hi, lo), x, mask, 0.0)
+
+
+def _split(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Veltkamp's split: a = high + low exactly, each with half the significand."""
+    c = (2.0 ** ((jnp.finfo(a.dtype).nmant + 2) // 2) + 1) * a
+    high = c - (c - a)
+    return high, a - high
+
+
+def _divide(e: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """e / (hi + lo), rounded about once: q = e / hi, then q + r / hi with the exact
+    remainder r = e - q (hi + lo) (Dekker's product of q and hi)."""
+    q = e / hi
+    q1, q2 = _split(q)
+    h1, h2 = _split(hi)
+    product = q * hi
+    error = ((q1 * h1 - product) + q1 * h2 + q2 * h1) + q2 * h2
+    remainder = ((e - product) - error) - q * lo
+    return q + remainder / hi
 
 
 @softmax_last.defjvp
 def _softmax_jvp(primals, tangents):
     x, mask = primals
     p = softmax_last(x, mask)
-    # dp = p * dlog p; masked entries have p = 0 and so tangent 0.
-    return p, p * centred_tangent(p, tangents[0], argmax(x, mask))
+    return p, _tangent(p, tangents[0], x, mask, False)
 
 
 def over_classes(fn, x: ArrayLike, axis, where: ArrayLike | None) -> jax.Array:
@@ -152,33 +264,41 @@ def over_classes(fn, x: ArrayLike, axis, where: ArrayLike | None) -> jax.Array:
 def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
     r"""Log-softmax that stays accurate when one entry dominates (Softmax Collapse fix).
 
-    With i = argmax(x) and the margin m = x_i - logsumexp_{j != i} x_j,
+    With shifted_k = x_k - max x and S_others the sum of e^shifted_k over every entry
+    but one maximum i (e^-m for the margin m = x_i - logsumexp_{j != i} x_j),
 
-        log_softmax(x)_k = [k != i] (x_k - x_i) - softplus(-m).
+        log_softmax(x)_k = shifted_k - log1p(S_others).
 
     Standard implementations add e^0 = 1 to e^-m and lose it past the precision
-    cliff (`precision_cliff`); this form keeps e^-m apart, so log_softmax(x)_i
-    = -log(1 + e^-m) stays accurate down to exponent underflow.
+    cliff (`precision_cliff`); here S_others never holds that 1 (it is summed
+    without an index, `sum_of_others`), so log_softmax(x)_i = -log1p(e^-m) stays
+    accurate down to exponent underflow, and log1p is taken as log(hi) + lo / hi
+    with hi + lo = 1 + S_others exactly (XLA's float32 log1p is off by up to 2.3
+    ulps). Never exp of a rounded log: that costs |log| ulps. bf16 and fp16 compute in
+    float32 and round once. Within `numerics.testing.ULPS` (2 ulps, gradients 4) on
+    logits [m, 0] over the whole margin range in every dtype (tests/numerics/
+    test_margin_sweep.py); on random rows the rounding of x_k - max x adds the
+    conditioning of `numerics.testing.general_bound`.
 
     Derivatives come from a linear tangent rule (`jax.custom_jvp`), so forward
     mode (`jax.jvp`, `jax.jacfwd`, Hessians) works to any order and reverse mode
-    is its transpose: dy = d - sum_j p_j d_j with d = dx - dx_i, centred on the
-    argmax so the dominant entry never forms 1 - p_i (which rounds to 0 past the
-    cliff) and the gradient sums to zero. Reverse mode keeps p and the argmax.
+    is its transpose: dy = d - sum_j p_j d_j with d = dx - dx_i and p the fixed
+    `softmax`, centred on a max entry i so the dominant entry never forms 1 - p_i
+    (which rounds to 0 past the cliff) and the gradient sums to zero. Reverse mode
+    keeps p and the index i.
 
-    Computes in the dtype of `x` (reductions accumulate as `jnp.sum` does), for any
-    batch shape, under `jit`, `vmap`, `grad` and `jvp`.
+    For any batch shape, under `jit`, `vmap`, `grad` and `jvp`.
 
     Example:
       >>> import jax.numpy as jnp
       >>> log_softmax(jnp.array([9.0, -9.0, -9.0]))  # jax.nn gives 0.0 first
-      Array([-3.0459972e-08, -1.8000000e+01, -1.8000000e+01], dtype=float32)
+      Array([-3.0459958e-08, -1.8000000e+01, -1.8000000e+01], dtype=float32)
 
-    Edge cases: -inf entries get -inf; a +inf entry gets 0 and the others -inf;
-    NaN anywhere in a row makes the whole row NaN; a row of only -inf is 0/0 and
-    gives NaN (as `jax.nn.log_softmax`). Entries masked out by `where` get -inf and
-    tangent 0; a row masked out entirely gives -inf everywhere. An empty class
-    axis gives an empty array.
+    Edge cases: -inf entries get -inf; a +inf entry gets 0 and the others -inf (n
+    +inf entries get -log n each); NaN anywhere in a row makes the whole row NaN; a
+    row of only -inf is 0/0 and gives NaN (as `jax.nn.log_softmax`). Entries masked
+    out by `where` get -inf and tangent 0; a row masked out entirely gives -inf
+    everywhere. An empty class axis gives an empty array.
 
     Args:
       x: floating-point logits, any shape.
@@ -193,21 +313,31 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
 
 
 def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
-    r"""Softmax as exp of the fixed `log_softmax`, so its gradient survives the cliff.
+    r"""Softmax whose small probabilities and dominant-entry gradient survive the cliff.
 
-    The dominant probability is exp(-softplus(-m)) = 1/(1 + e^-m), and its
-    tangent p * (d - sum_j p_j d_j) (`log_softmax`'s rule, centred on the argmax)
-    is carried by the K-1 differences, so grad(softmax(x)[i]) stays non-zero
-    past the precision cliff. Reverse mode keeps p and the argmax, as jax.nn
-    keeps p.
+    p_k = e^shifted_k / (1 + S_others) with shifted_k and S_others as in
+    `log_softmax`, the divisor carried as hi + lo = 1 + S_others exactly and divided
+    by with Dekker's exact remainder, so each quotient rounds about once: the
+    dominant probability is 1/(1 + e^-m), the others are e^shifted_k over it, each
+    from its own exponential (never exp of a rounded log, which costs |log p| ulps).
+    bf16 and fp16 compute in float32 and round once. Within `numerics.testing.ULPS`
+    on logits [m, 0] over the whole margin range, as `log_softmax`.
+
+    Derivatives: dp = p * (d - sum_j p_j d_j) (`log_softmax`'s rule, centred on a
+    max entry i), written so that reverse mode centres the cotangent c on i too,
+    g_k = p_k (b_k - sum_j p_j b_j) with b = c - c_i, and sets g_i to minus the sum
+    of the others: grad(softmax(x)[i]) stays non-zero past the precision cliff,
+    p (1 - p) is never formed as p - p^2, and the gradient sums to zero. Reverse
+    mode keeps p and the index i, as jax.nn keeps p.
 
     Example:
       >>> import jax, jax.numpy as jnp
       >>> jax.grad(lambda z: softmax(z)[0])(jnp.array([9.0, -9.0, -9.0]))
-      Array([ 3.0459958e-08, -1.5229977e-08, -1.5229977e-08], dtype=float32)
+      Array([ 3.0459955e-08, -1.5229977e-08, -1.5229977e-08], dtype=float32)
 
     Edge cases as `log_softmax`: masked entries and fully masked rows give 0,
-    NaN propagates to the whole row, an empty class axis gives an empty array.
+    NaN propagates to the whole row, n +inf entries get 1/n each, an empty class
+    axis gives an empty array.
 
     Args:
       x: floating-point logits, any shape.

@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from numerics import oracle
-from numerics._cliffs import precision_cliff
+from numerics._cliffs import first_zero, precision_cliff
 
 
 def conditioned(base: float, exponent_args, num_classes: int) -> np.ndarray:
@@ -354,15 +354,7 @@ def first_dead(tally, computed, exact, m, single) -> float | None:
     i = int(np.flatnonzero(dead)[0])
     if i == 0 or m[i - 1] <= 0:
         return float(m[i])
-    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[tally.dtype.itemsize]
-    lo, hi = int(m[i - 1 : i].view(uint)[0]), int(m[i : i + 1].view(uint)[0])
-    while hi - lo > 1:  # positive floats order like their bit patterns
-        mid = (lo + hi) // 2
-        if single(np.array([mid], uint).view(tally.dtype)) == 0:
-            hi = mid
-        else:
-            lo = mid
-    return float(np.array([hi], uint).view(tally.dtype)[0])
+    return first_zero(single, float(m[i - 1]), float(m[i]), tally.dtype)
 
 
 def cliff_line(tally, what, at, exact_at) -> None:

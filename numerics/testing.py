@@ -78,8 +78,8 @@ ULPS = {
     # e^(z_j - z_max) times a per-row scale cotangent / S: exp, one division, one
     # multiply, each up to half an ulp, plus the rounding of S itself.
     "grad": dict.fromkeys(DTYPES, 3.0),
-    # log_softmax / softmax gradients come from autodiff through the margin form:
-    # exp(log q), softplus' derivative, and two products, each rounded.
+    # log_softmax / softmax gradients come from a tangent rule: probabilities (each a
+    # few roundings), a centred sum and one or two products, each rounded.
     "autodiff_grad": dict.fromkeys(DTYPES, 4.0),
 }
 """Bounds in ulps of each dtype for inputs whose differences z_j - z_max are exact.

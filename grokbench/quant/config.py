@@ -17,7 +17,7 @@ from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
 
 __all__ = ["BERT_GAMMA", "BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
 
-QUANT_VERSION = 4
+QUANT_VERSION = 5
 """Bumped when training or evaluation numbers change meaning; part of every quant hash."""
 
 VARIANTS: dict[str, tuple[str, str]] = {

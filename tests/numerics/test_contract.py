@@ -372,3 +372,11 @@ def test_loss_survives_a_target_logit_off_the_max_by_rounding(ulps):
     loss = float(_loss_from(jnp.asarray(True), jnp.asarray(shift), s_others, s_all))
     exact = 1e-20 * np.exp(-float(shift))
     assert loss == pytest.approx(exact, rel=1e-5)
+
+
+def test_first_zero_finds_the_exact_threshold_and_checks_its_bracket():
+    assert numerics.first_zero(lambda m: m[0] < 5.0, 0.0, 100.0, np.float16) == 5.0
+    below_one = np.nextafter(np.float32(1.0), np.float32(0.0))
+    assert numerics.first_zero(lambda m: m[0] < below_one, 0.5, 1.0, np.float32) == below_one
+    with pytest.raises(ValueError):
+        numerics.first_zero(lambda m: 0, 1.0, 1.0, np.float32)
