@@ -30,6 +30,7 @@ from tasks import (
 __all__ = [
     "ADDED_FIELDS",
     "CONFIG_VERSION",
+    "DISTILL_VERSION",
     "LOSSES",
     "MODELS",
     "OPTIMIZERS",
@@ -428,14 +429,22 @@ def xla_options(cfg: RunConfig) -> dict[str, str]:
     return {}
 
 
+DISTILL_VERSION = 2
+"""The distillation runs' own version (teacher_steps > 0), in their `config_hash` only: a change
+that moves only their numbers bumps it and leaves every other stored run alone. 2: the fixed
+`numerics.softmax` rewrite moved their fp64 KL metrics (`kl`, `test_kl`) by ~1e-15 relative
+(1, before, is the hash without the key)."""
+
+
 def config_hash(cfg: RunConfig) -> str:
-    """A stable 16-hex-digit hash of the run's `identity`, `CONFIG_VERSION` and `xla_options`
-    (when it sets any: the runs on XLA's defaults keep the hashes they had before it)."""
+    """A stable 16-hex-digit hash of the run's `identity`, `CONFIG_VERSION`, `xla_options`
+    (when it sets any: the runs on XLA's defaults keep the hashes they had before it) and, for
+    a distillation run, `DISTILL_VERSION`."""
     options = xla_options(cfg)
-    payload = json.dumps(
-        {"version": CONFIG_VERSION, **identity(cfg), **({"xla": options} if options else {})},
-        sort_keys=True,
-    )
+    extra = {"xla": options} if options else {}
+    if cfg.teacher_steps:
+        extra["distill"] = DISTILL_VERSION
+    payload = json.dumps({"version": CONFIG_VERSION, **identity(cfg), **extra}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

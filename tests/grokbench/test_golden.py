@@ -16,7 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-from grokbench import config, engine, quant
+import tasks
+from grokbench import config, engine, quant, recipes
 from grokbench.quant import QuantConfig
 from grokbench.store import Store
 from tasks.quant import build_corpus
@@ -30,6 +31,7 @@ RTOL = 1e-6  # fp32 carries ~7 digits; the same program on the same backend repe
 
 GOLDEN_CONFIG_VERSION = 4
 GOLDEN_QUANT_VERSION = 5
+GOLDEN_DISTILL_VERSION = 2
 
 # p = 7, width 8, 3 full-batch steps of the reference AdamW recipe in fp32 (step t: the
 # parameters after t updates). At these small margins standard CE equals the fixed CE.
@@ -56,6 +58,17 @@ GOLDEN_WIDE = {
 GOLDEN_REFERENCE_HASH = "54c6880ffb400c04"
 GOLDEN_WIDE_HASH = "5e52f951bce33392"  # "d8f815b678c2e458" on XLA's default fusions
 
+# The distillation KL metric (float64, so exact) on fixed logits at T = 4, and the fig7
+# recipe's hash: a change that moves it bumps DISTILL_VERSION, which only distillation
+# runs hash. DISTILL_VERSION 1 gave [1.6402494507922922e-08, ..., 1.3332951756026292e-08].
+GOLDEN_KL = [
+    1.640249450792292e-08,
+    1.6371840367534367e-08,
+    1.4683035702739758e-08,
+    1.3332951756026293e-08,
+]
+GOLDEN_FIG7_HASH = "29f341d09d75360a"
+
 # One encoder layer, clipped softmax, 2 steps on a fixed synthetic text: the loss before and
 # after one AdamW step, and the final parameters' global L2 norm (float64 sum of squares).
 GOLDEN_QUANT_LOSS = [3.0358405113220215, 3.0267815589904785]
@@ -79,6 +92,9 @@ def test_versions_are_pinned():
     )
     assert quant.QUANT_VERSION == GOLDEN_QUANT_VERSION, (
         "QUANT_VERSION changed: recompute the golden quant numbers below and update them"
+    )
+    assert config.DISTILL_VERSION == GOLDEN_DISTILL_VERSION, (
+        "DISTILL_VERSION changed: recompute GOLDEN_KL and GOLDEN_FIG7_HASH and update them"
     )
 
 
@@ -104,6 +120,15 @@ def test_xla_options_move_only_the_hashes_of_the_runs_they_change():
     assert config.config_hash(config.RunConfig()) == GOLDEN_REFERENCE_HASH
     wide = config.RunConfig(p=7, d_model=128, n_heads=2, steps=3, eval_every=3)
     assert config.config_hash(wide) == GOLDEN_WIDE_HASH
+
+
+def test_distillation_kl_is_golden(x64):
+    student = np.linspace(-3.0, 5.0, 40).reshape(4, 10)
+    teacher = student + 1e-3 * np.cos(np.arange(40.0)).reshape(4, 10)
+    kl = tasks.kl_divergence(jax.numpy.asarray(student), jax.numpy.asarray(teacher), 4.0)
+    assert [float(x) for x in kl] == GOLDEN_KL, CHANGED.replace("CONFIG", "DISTILL")
+    assert config.config_hash(recipes.RECIPES["fig7"].base) == GOLDEN_FIG7_HASH
+    assert config.config_hash(config.RunConfig()) == GOLDEN_REFERENCE_HASH  # others keep theirs
 
 
 def test_per_seed_split_is_golden():
