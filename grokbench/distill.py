@@ -62,6 +62,7 @@ from grokbench.engine import (
     direction_tx,
     load_batch_data,
     shard_batch,
+    shard_runs,
     stack_hyper,
     static_config,
     stream_chunks,
@@ -260,6 +261,7 @@ def train(
         (stacked, hyper), data = shard_batch((stacked, stack_hyper(configs)), data, data_axis(cfg))
         init, run_chunk = _compiled(static_config(cfg), fast)
         state, anchor = init(stacked, hyper, data)
+        state, _ = shard_runs(state)  # as run_chunk returns it (engine.prepare)
         bar = tqdm.tqdm(total=cfg.steps, unit="step", desc=desc, disable=not progress, leave=False)
         with bar:
             state, chunks = stream_chunks(

@@ -275,6 +275,11 @@ def prepare(
         (seeds, hyper), data = shard_batch((seeds, hyper), data, data_axis(cfg))
     init, run_chunk = _compiled(static_config(cfg), fast)
     state = init(seeds, hyper)
+    if shard:
+        # init leaves a leaf that does not depend on the seed (the optimizer's step count)
+        # replicated, and run_chunk returns it sharded: without this the second chunk would
+        # recompile the whole program, single-threaded, a second time.
+        state, _ = shard_runs(state)
     return Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
 
 

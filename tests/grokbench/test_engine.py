@@ -88,6 +88,16 @@ def test_sharded_batch_equals_single_device(batched, n_runs):
             )
 
 
+def test_sharded_chunk_keeps_the_state_sharding():
+    # The chunk's output state must come back sharded as its input: otherwise the second
+    # chunk recompiles the whole program (issue 15: the optimizer's step count).
+    with precision_scope(TINY.precision):
+        batch = engine.prepare(_variants()[:2])
+        state, _ = batch.run_chunk(batch.state, batch.hyper, batch.data, batch.n_blocks)
+    shardings = [leaf.sharding for leaf in jax.tree.leaves(batch.state)]
+    assert [leaf.sharding for leaf in jax.tree.leaves(state)] == shardings
+
+
 def test_progress_callback_counts_every_step():
     seen = []
     engine.train(_variants()[:1], progress=False, chunk_steps=10, on_chunk=seen.append)
