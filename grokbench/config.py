@@ -423,6 +423,7 @@ def xla_options(cfg: RunConfig) -> dict[str, str]:
     model (docs/benchmarks.md). So transformers of width >= `YNN_DOT_MIN_WIDTH` take it and
     every other model keeps XLA's default. The option moves a run's last bits: when set it
     is part of the run's hash (`config_hash`), so runs stored before it are not reused.
+    The engine passes them to XLA on the CPU backend only (`engine.compiler_options`).
     """
     if cfg.model == "transformer" and cfg.d_model >= YNN_DOT_MIN_WIDTH:
         return {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}

@@ -53,11 +53,12 @@ import tqdm
 import numerics
 from grokbench import console, engine, slingshot
 from grokbench import metrics as metrics_lib
-from grokbench.config import RunConfig, group_runs, xla_options
+from grokbench.config import RunConfig, group_runs
 from grokbench.engine import (
     Data,
     build_forward,
     check_batch,
+    compiler_options,
     data_axis,
     direction_tx,
     load_batch_data,
@@ -223,7 +224,7 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, chunk_one = _build(static, get_precision(static.precision), fast)
     axis = data_axis(static)
-    options = xla_options(static)
+    options = compiler_options(static)
     init = jax.jit(jax.vmap(init_one, in_axes=(0, 0, axis)), compiler_options=options)
     chunk = jax.jit(
         jax.vmap(chunk_one, in_axes=(0, 0, 0, axis, None)),

@@ -44,6 +44,7 @@ __all__ = [
     "check_batch",
     "chunk_evals",
     "clear_compiled",
+    "compiler_options",
     "data_axis",
     "direction_tx",
     "load_batch_data",
@@ -319,9 +320,15 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, _, chunk_one = _build(static, get_precision(static.precision), fast)
     chunk = jax.vmap(chunk_one, in_axes=(0, 0, data_axis(static), None))
-    options = xla_options(static)
+    options = compiler_options(static)
     init = jax.jit(jax.vmap(init_one), compiler_options=options)
     return init, jax.jit(chunk, static_argnums=3, compiler_options=options)
+
+
+def compiler_options(static: RunConfig) -> dict[str, str]:
+    """`grokbench.config.xla_options` on the CPU backend, where they were measured (their
+    names are XLA CPU's); {} on any other backend. The run's hash carries them either way."""
+    return xla_options(static) if jax.default_backend() == "cpu" else {}
 
 
 def clear_compiled() -> None:
