@@ -89,9 +89,14 @@ def draw(ctx: Context) -> list:
 # --- the report's claim (Prieto et al.'s ⊥Grad) ------------------------------------------------
 
 
+def _n_grokked(runs) -> int:
+    """How many of `runs` are at >= 99 % test accuracy at their last evaluation."""
+    return sum(r.summary["test_accuracy"] >= progress.GROK_ACC for r in runs)
+
+
 def _grokked(runs) -> str:
     """'k/n' runs at >= 99 % test accuracy at their last evaluation."""
-    return f"{sum(r.summary['test_accuracy'] >= progress.GROK_ACC for r in runs)}/{len(runs)}"
+    return f"{_n_grokked(runs)}/{len(runs)}"
 
 
 def claims(evidence: Evidence) -> list[Row]:
@@ -109,11 +114,7 @@ def claims(evidence: Evidence) -> list[Row]:
             rows.append(f"{'with' if flag else 'without'} ⊥Grad: {', '.join(counts)}")
         return f"grokked at lambda 0 ({seeds(tested)}): " + "; ".join(rows)
 
-    fraction = (
-        sum(r.summary["test_accuracy"] >= progress.GROK_ACC for r in tested) / len(tested)
-        if tested
-        else None
-    )
+    fraction = _n_grokked(tested) / len(tested) if tested else None
     return [
         claim_row(
             claim="⊥Grad groks without weight decay (a+b mod 31, standard CE, AdamW lambda 0)",

@@ -48,8 +48,9 @@ CIRCUIT_LOSS = 1.0
 CLEANUP_LOSS = 1.0
 """Cleanup ends once the test loss is below this (nats, the test split)."""
 
-GROK_ACC = 0.99
-"""A run has grokked at the first evaluation with at least this test accuracy."""
+GROK_ACC = slingshot.GROK_ACC
+"""A run has grokked at the first evaluation with at least this test accuracy (the
+summary's rule, `grokbench.slingshot.grok_step`)."""
 
 
 def _first(steps: np.ndarray, hits: np.ndarray, after: int | None) -> int | None:
@@ -72,12 +73,11 @@ def phases(metrics: Mapping[str, np.ndarray]) -> dict:
     memorised = slingshot.memorization_step(metrics["train_acc"])
     circuit = _first(steps, restricted < CIRCUIT_LOSS, memorised)
     cleanup = _first(steps, test < CLEANUP_LOSS, circuit)
-    grokked = _first(steps, metrics["test_acc"] >= GROK_ACC, 0)
     return {
         "memorization_step": memorised,
         "circuit_step": circuit,
         "cleanup_step": cleanup,
-        "grok_step": grokked,
+        "grok_step": slingshot.grok_step(steps, metrics["test_acc"]),
         **fourier.summary_fields(metrics),
     }
 

@@ -43,6 +43,7 @@ from grokbench.precision import get_precision
 from grokbench.tables import align, finite_or_none, run_keys
 
 __all__ = [
+    "GROK_ACC",
     "LAUNCH_FACTOR",
     "SPIKE_FACTOR",
     "SPIKE_FLOOR",
@@ -54,6 +55,7 @@ __all__ = [
     "count_spikes",
     "describe_spikes",
     "format_spikes",
+    "grok_step",
     "memorization_step",
     "spike_steps",
     "summarize",
@@ -87,6 +89,16 @@ def memorization_step(train_acc: np.ndarray) -> int | None:
     """Index of the first step with training accuracy 1 (100%), or None."""
     hits = np.flatnonzero(np.asarray(train_acc) >= 1.0)
     return int(hits[0]) if hits.size else None
+
+
+GROK_ACC = 0.99
+"""A run has grokked at the first evaluation with at least this test accuracy."""
+
+
+def grok_step(test_step: np.ndarray, test_acc: np.ndarray) -> int | None:
+    """The first evaluation step with test accuracy >= `GROK_ACC`, or None."""
+    hits = np.flatnonzero(np.asarray(test_acc) >= GROK_ACC)
+    return int(np.asarray(test_step)[hits[0]]) if hits.size else None
 
 
 def spike_steps(
@@ -243,13 +255,11 @@ def summarize(
     acc, ce = metrics["train_acc"], metrics["train_ce"]
     mem = memorization_step(acc)
     after = ce[mem + 1 :] if mem is not None else ce[:0]
-    test_acc, test_step = metrics["test_acc"], metrics["test_step"]
-    grokked = np.flatnonzero(test_acc >= 0.99)
     spikes = spike_steps(ce, acc)
     compute = get_precision(cfg.precision).compute_dtype
     return {
         "config": cfg.to_dict(),
-        "test_accuracy": finite_or_none(test_acc[-1]),
+        "test_accuracy": finite_or_none(metrics["test_acc"][-1]),
         "train_accuracy": finite_or_none(acc[-1]),
         "final_margin": finite_or_none(metrics["margin_mean"][-1]),
         "max_train_loss_after_memorization": finite_or_none(after.max()) if after.size else None,
@@ -259,7 +269,7 @@ def summarize(
         # Extras for analysis; the fields above are the CLI contract.
         "spike_steps": spikes,
         "memorization_step": mem,
-        "grok_step": int(test_step[grokked[0]]) if grokked.size else None,
+        "grok_step": grok_step(metrics["test_step"], metrics["test_acc"]),
         "final_train_loss": finite_or_none(metrics["train_loss"][-1]),
         "final_train_ce": finite_or_none(ce[-1]),
         "final_test_loss": finite_or_none(metrics["test_loss"][-1]),
