@@ -53,11 +53,14 @@ __all__ = [
     "xla_options",
 ]
 
-CONFIG_VERSION = 4
+CONFIG_VERSION = 5
 """Bumped when the engine's numbers or stored metrics change meaning; part of the run hash.
 
 2: LaProp clips g / sqrt(v_hat) to its exact bound (eps = 0 no longer gives inf).
 3: `split` defaults to per_seed (a new train/test split per run seed; grokbench/recipes.py).
+4: `numerics.cross_entropy` reads the logits twice forward (new sums, last bits).
+5: float32 / float64 `numerics.cross_entropy` sums a stored, target-zeroed array of exps
+   (one exp per entry): S_others moves in the last bit on some rows, so fp32 runs move.
 """
 
 LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")

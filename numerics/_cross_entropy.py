@@ -12,13 +12,26 @@ from numerics._softmax import finite_row_max, logsumexp_or_neg_inf, softmax_last
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
-    """Per-row (z_max, z_t - z_max, [t is kept], S_others, S), keepdims.
+    """Per-row (z_max, z_t - z_max, [t is kept], S_others, S), keepdims, and `e0`.
 
     S sums the kept entries. S_others = sum_{j != t} e^(z_j - z_max) never contains
     the target's own term: when t is the argmax that term is the 1 that would
     swallow e^-m past the cliff. A masked-out target is not in S, so S_others = S.
-    Two reads of the logits: the max, then S_others. All five are in the compute
-    dtype (`_compute_dtype`).
+    All five are in the compute dtype (`_compute_dtype`).
+
+    Two layouts, by dtype, each the faster one measured there
+    (benchmarks/bench_cross_entropy.py):
+
+    - float32 and float64 logits (the compute dtype itself): e0 = e^(z - z_max) with
+      the target's entry set to 0 (a scatter of one entry per row, in place) is one
+      (rows, K) array, and S_others is its plain sum. The gradient is then e0 / S with
+      the target's entry filled in, written in place over e0: one exp per entry, as
+      optax, and XLA's CPU reduction reads a plain array (a weighted sum, or a select
+      in the exp pass, costs about 1.1x optax's whole value_and_grad).
+    - bf16 and fp16 logits (float32 sums): a float32 e0 would be twice the size of
+      the logits, so the sum recomputes e^(z - z_max) from the logits, the target
+      left out by a float-iota weight that the reduction fuses (`_not_target`), and
+      the gradient pass recomputes it again (`e0` is None).
     """
     ctype = _compute_dtype(logits.dtype)
     masked = logits if mask is None else jnp.where(mask, logits, -jnp.inf)
@@ -28,16 +41,43 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip").astype(ctype)
     shift_t = z_t - z_max
     kept_t = target_kept(labels, mask)
-    # The barrier pins the sum's inputs, so that XLA merges the copies of this pass
-    # that value_and_grad traces (the loss and the gradient's statistics) instead of
-    # rewriting them apart, which stores the exps and weights as (rows, K) arrays.
-    z, z_max_s = jax.lax.optimization_barrier((masked, z_max))
-    z = z.astype(ctype)
-    s_others = jnp.sum(jnp.exp(z - z_max_s) * _not_target(labels, z), -1, keepdims=True)
+    zero = jnp.zeros((), ctype)
+    if logits.dtype == ctype:
+        e0 = _set_target(jnp.exp(masked - z_max), labels, jnp.zeros(labels.shape, ctype))
+        s_others = jnp.sum(e0, -1, keepdims=True)
+    else:
+        e0 = None
+        # The barrier pins the sum's inputs, so that XLA merges the copies of this pass
+        # that value_and_grad traces (the loss and the gradient's statistics) instead
+        # of rewriting them apart, which stores the exps and weights as (rows, K) arrays.
+        z, z_max_s = jax.lax.optimization_barrier((masked, z_max))
+        z = z.astype(ctype)
+        s_others = jnp.sum(jnp.exp(z - z_max_s) * _not_target(labels, z), -1, keepdims=True)
     # S >= 1 holds a max entry's e^0 = 1 (the target's or another's), so adding the
     # target's term to S_others rounds harmlessly.
-    zero = jnp.zeros((), ctype)
-    return z_max, shift_t, kept_t, s_others, s_others + jnp.where(kept_t, jnp.exp(shift_t), zero)
+    s_all = s_others + jnp.where(kept_t, jnp.exp(shift_t), zero)
+    return z_max, shift_t, kept_t, s_others, s_all, e0
+
+
+def _set_target(a: jax.Array, labels: jax.Array, values: jax.Array) -> jax.Array:
+    """`a` with each row's target entry set to `values` (the shape of `labels`).
+
+    A scatter of one entry per row, which XLA does in place, where a select against an
+    index iota would be one more full pass's arithmetic. Labels outside [0, K) (possible
+    only under jit; their rows are NaN anyway) set nothing.
+    """
+    k = a.shape[-1]
+    flat = a.reshape(-1, k)
+    rows = jnp.arange(flat.shape[0])
+    lab = labels.reshape(-1)
+    lab = jnp.where((lab >= 0) & (lab < k), lab, k)  # k is out of bounds: dropped
+    out = flat.at[rows, lab].set(
+        values.reshape(-1).astype(a.dtype),
+        mode="drop",
+        unique_indices=True,
+        indices_are_sorted=True,
+    )
+    return out.reshape(a.shape)
 
 
 def _compute_dtype(dtype) -> jnp.dtype:
@@ -103,7 +143,7 @@ def _any_kept(mask: jax.Array | None, shape) -> jax.Array:
 
 def _forward(logits, labels, mask):
     """The loss and the per-row statistics (in the compute dtype) its gradient is built from."""
-    z_max, shift_t, kept_t, s_others, s_all = _normalizers(logits, labels, mask)
+    z_max, shift_t, kept_t, s_others, s_all, e0 = _normalizers(logits, labels, mask)
     loss = _loss_from(kept_t, shift_t, s_others, s_all)
     valid = valid_rows(logits, labels)[..., None]
     padding = ~_any_kept(mask, logits.shape)
@@ -112,7 +152,7 @@ def _forward(logits, labels, mask):
     zero, one, nan = (jnp.asarray(v, z_max.dtype) for v in (0, 1, jnp.nan))
     loss = jnp.where(padding, zero, jnp.where(valid, loss, nan))
     inv_s = jnp.where(padding, one, jnp.where(valid, one / s_all, nan))
-    return loss[..., 0].astype(logits.dtype), (z_max, s_others, inv_s)
+    return loss[..., 0].astype(logits.dtype), (z_max, s_others, inv_s, e0)
 
 
 @jax.custom_jvp
@@ -126,14 +166,22 @@ def _cross_entropy_jvp(primals, tangents):
     # The primal through the custom function itself, so higher orders use this rule.
     loss = _cross_entropy(logits, labels, mask)
     grad = _gradient(logits, labels, mask, *_forward(logits, labels, mask)[1])
-    # Linear in the tangent: reverse mode transposes it to grad * cotangent, one
-    # fused read of the logits and one write (`_gradient` is elementwise).
+    # Linear in the tangent: reverse mode transposes it to grad * cotangent, fused
+    # into `_gradient`'s elementwise pass.
     return loss, jnp.sum(grad * tangents[0], axis=-1)
 
 
 @jax.custom_jvp
-def _gradient(logits, labels, mask, z_max, s_others, inv_s):
-    """dL/dz from the forward statistics: q_j for j != t, q_t - 1 = -S_others / S at t."""
+def _gradient(logits, labels, mask, z_max, s_others, inv_s, e0):
+    """dL/dz from the forward statistics: q_j for j != t, q_t - 1 = -S_others / S at t.
+
+    Non-target q_j = e^(z_j - z_max) / S: a small number computed directly. Target
+    q_t - 1 = -S_others / S, never 1 - 1 = 0: it stays accurate past the precision
+    cliff, so the K gradients still sum to zero within rounding.
+    """
+    if e0 is not None:  # float32 / float64: in place over the forward's exps
+        return _set_target(e0, labels, -s_others[..., 0]) * inv_s
+    # bf16 / fp16: recompute the exps (see `_normalizers`).
     z = logits if mask is None else jnp.where(mask, logits, -jnp.inf)  # masked: q = 0
     iota = jax.lax.broadcasted_iota(labels.dtype, z.shape, z.ndim - 1)
     is_target = iota == labels[..., None]
@@ -141,11 +189,8 @@ def _gradient(logits, labels, mask, z_max, s_others, inv_s):
     # would store it as a (rows, K) array between the passes: inv_s rides along, so
     # this pass is ordered after the forward sum and cannot be merged with it.
     z, z_max, inv_s = jax.lax.optimization_barrier((z, z_max, inv_s))
-    z = z.astype(z_max.dtype)
-    # Non-target q_j = e^(z_j - z_max) / S: a small number computed directly.
-    # Target q_t - 1 = -S_others / S, never 1 - 1 = 0: it stays accurate past the
-    # precision cliff, so the K gradients still sum to zero within rounding.
-    grad = jnp.where(is_target, -s_others, jnp.exp(z - z_max)) * inv_s
+    e = jnp.exp(z.astype(z_max.dtype) - z_max)
+    grad = jnp.where(is_target, -s_others, e) * inv_s
     return grad.astype(logits.dtype)
 
 
@@ -201,12 +246,13 @@ def cross_entropy(
     forward mode (`jax.jvp`, `jax.jacfwd`, Hessians) works and reverse mode is its
     transpose, g * cotangent; g's own tangent is the softmax tangent of
     `softmax`, centred on the argmax, so second derivatives survive the cliff too.
-    Cost: two reads of the logits forward (the max, then S_others, the target left
-    out by an index weight min(1, |j - t|) that XLA fuses into the sum) and, under
-    `jit`, one read and one write backward: g is elementwise in the logits and XLA
-    fuses it into the backward product (benchmarks/bench_cross_entropy.py measures
-    it against optax). Without `jit`, reverse mode keeps g, a (rows, K) array, as
-    optax keeps its exponentials.
+    Cost, under `jit` (benchmarks/bench_cross_entropy.py measures it against optax):
+    float32 and float64 take optax's passes, the max, one exp pass that stores
+    e^(z - z_max) with the target's entry zeroed, its plain sum, and the gradient
+    written in place over it; bf16 and fp16 logits read the logits twice forward
+    (the max, then S_others in float32, the target left out by an index weight that
+    XLA fuses into the sum) and once backward, where g is recomputed and fused into
+    the backward product, so no float32 (rows, K) array is stored.
 
     Example:
       >>> import jax, jax.numpy as jnp

@@ -17,8 +17,9 @@ from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
 
 __all__ = ["BERT_GAMMA", "BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
 
-QUANT_VERSION = 5
-"""Bumped when training or evaluation numbers change meaning; part of every quant hash."""
+QUANT_VERSION = 6
+"""Bumped when training or evaluation numbers change meaning; part of every quant hash.
+6: the float32 `numerics.cross_entropy` layout of CONFIG_VERSION 5 (last bits)."""
 
 VARIANTS: dict[str, tuple[str, str]] = {
     "vanilla": ("softmax", "none"),
