@@ -26,8 +26,9 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
       the target's entry set to 0 (a scatter of one entry per row, in place) is one
       (rows, K) array, and S_others is its plain sum. The gradient is then e0 / S with
       the target's entry filled in, written in place over e0: one exp per entry, as
-      optax, and XLA's CPU reduction reads a plain array (a weighted sum, or a select
-      in the exp pass, costs about 1.1x optax's whole value_and_grad).
+      optax, and XLA's CPU reduction reads a plain array (measured against optax's
+      value_and_grad: a weighted sum 1.11-1.13x, a select in the exp pass 1.06-1.08x,
+      this layout 1.01x).
     - bf16 and fp16 logits (float32 sums): a float32 e0 would be twice the size of
       the logits, so the sum recomputes e^(z - z_max) from the logits, the target
       left out by a float-iota weight that the reduction fuses (`_not_target`), and
