@@ -29,10 +29,12 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
       optax, and XLA's CPU reduction reads a plain array (measured against optax's
       value_and_grad: a weighted sum 1.11-1.13x, a select in the exp pass 1.06-1.08x,
       this layout 1.01x).
-    - bf16 and fp16 logits (float32 sums): a float32 e0 would be twice the size of
-      the logits, so the sum recomputes e^(z - z_max) from the logits, the target
-      left out by a float-iota weight that the reduction fuses (`_not_target`), and
-      the gradient pass recomputes it again (`e0` is None).
+    - bf16 and fp16 logits (float32 sums): a float32 e0 would be a temporary twice
+      the size of the logits (it cannot become the bf16 gradient in place), so the sum
+      recomputes e^(z - z_max) from the logits, the target left out by a float-iota
+      weight that the reduction fuses (`_not_target`), and the gradient pass recomputes
+      it again (`e0` is None). Memory over speed: the stored layout measured ~10%
+      faster in bf16 (0.47x against 0.50-0.52x optax), at 2 bytes more per logit.
     """
     ctype = _compute_dtype(logits.dtype)
     masked = logits if mask is None else jnp.where(mask, logits, -jnp.inf)
