@@ -19,8 +19,8 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     swallow e^-m past the cliff. A masked-out target is not in S, so S_others = S.
     All five are in the compute dtype (`_compute_dtype`).
 
-    Two layouts, by dtype, each the faster one measured there
-    (benchmarks/bench_cross_entropy.py):
+    Two layouts, by dtype, chosen from measurements (benchmarks/bench_cross_entropy.py,
+    docs/benchmarks.md):
 
     - float32 and float64 logits (the compute dtype itself): e0 = e^(z - z_max) with
       the target's entry set to 0 (a scatter of one entry per row, in place) is one
