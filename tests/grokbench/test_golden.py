@@ -178,4 +178,7 @@ def test_quant_training_step_is_golden(tmp_path: pathlib.Path):
         losses = m["train_loss"]
     norm = np.sqrt(sum(np.sum(np.square(np.asarray(v, np.float64))) for v in params.values()))
     _check("quant train_loss", losses, GOLDEN_QUANT_LOSS, "QUANT_VERSION")
-    _check("quant param_norm", norm, GOLDEN_QUANT_PARAM_NORM, "QUANT_VERSION")
+    # To the bit: QUANT_VERSION 6's change moved it by 5e-10 relative, far below RTOL.
+    assert float(norm) == GOLDEN_QUANT_PARAM_NORM, f"quant param_norm: {CHANGED}".replace(
+        "CONFIG_VERSION", "QUANT_VERSION"
+    )
