@@ -33,7 +33,7 @@ GOLDEN_CONFIG_VERSION = 5
 GOLDEN_QUANT_VERSION = 6
 GOLDEN_DISTILL_VERSION = 2
 
-# The reference config itself (fig2-top, Table 1: p = 97, width 64), 3 steps, compared to the
+# The reference config itself (fig2-top, Table 1: p = 31, width 64), 3 steps, compared to the
 # bit: at p = 7 the loss's sums do not go through the kernels a change of the loss's layout
 # moves, and an ulp (CONFIG_VERSION 5 moved adam_step at step 1 from 0.9183518886566162)
 # is below RTOL, yet thousands of steps carry it into every stored number.
