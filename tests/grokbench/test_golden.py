@@ -34,9 +34,9 @@ GOLDEN_QUANT_VERSION = 6
 GOLDEN_DISTILL_VERSION = 2
 
 # The reference config itself (fig2-top, Table 1: p = 31, width 64), 3 steps, compared to the
-# bit: at p = 7 the loss's sums do not go through the kernels a change of the loss's layout
-# moves, and an ulp (CONFIG_VERSION 5 moved adam_step at step 1 from 0.9183518886566162)
-# is below RTOL, yet thousands of steps carry it into every stored number.
+# bit: CONFIG_VERSION 5's change of the loss's layout left the p = 7 numbers above bit for
+# bit as they were and moved these by an ulp (adam_step at step 1 was 0.9183518886566162),
+# below RTOL, yet thousands of steps carry an ulp into every stored number.
 GOLDEN_REFERENCE_STEPS = {
     "train_loss": [3.548563241958618, 3.491384267807007, 3.4573495388031006],
     "adam_step": [0.918351948261261, 0.8357094526290894, 0.7745741009712219],
