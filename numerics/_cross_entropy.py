@@ -8,7 +8,12 @@ from jax.typing import ArrayLike
 
 from numerics import _checks
 from numerics._checks import Axis
-from numerics._softmax import finite_row_max, logsumexp_or_neg_inf, softmax_last
+from numerics._softmax import (
+    finite_row_max,
+    logsumexp_or_neg_inf,
+    set_along_rows,
+    softmax_last,
+)
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
@@ -46,7 +51,7 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     kept_t = target_kept(labels, mask)
     zero = jnp.zeros((), ctype)
     if logits.dtype == ctype:
-        e0 = _set_target(jnp.exp(masked - z_max), labels, jnp.zeros(labels.shape, ctype))
+        e0 = set_along_rows(jnp.exp(masked - z_max), labels, jnp.zeros(labels.shape, ctype))
         s_others = jnp.sum(e0, -1, keepdims=True)
     else:
         e0 = None
@@ -60,27 +65,6 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     # target's term to S_others rounds harmlessly.
     s_all = s_others + jnp.where(kept_t, jnp.exp(shift_t), zero)
     return z_max, shift_t, kept_t, s_others, s_all, e0
-
-
-def _set_target(a: jax.Array, labels: jax.Array, values: jax.Array) -> jax.Array:
-    """`a` with each row's target entry set to `values` (the shape of `labels`).
-
-    A scatter of one entry per row, which XLA does in place, where a select against an
-    index iota would be one more full pass's arithmetic. Labels outside [0, K) (possible
-    only under jit; their rows are NaN anyway) set nothing.
-    """
-    k = a.shape[-1]
-    flat = a.reshape(-1, k)
-    rows = jnp.arange(flat.shape[0])
-    lab = labels.reshape(-1)
-    lab = jnp.where((lab >= 0) & (lab < k), lab, k)  # k is out of bounds: dropped
-    out = flat.at[rows, lab].set(
-        values.reshape(-1).astype(a.dtype),
-        mode="drop",
-        unique_indices=True,
-        indices_are_sorted=True,
-    )
-    return out.reshape(a.shape)
 
 
 def _compute_dtype(dtype) -> jnp.dtype:
@@ -183,7 +167,7 @@ def _gradient(logits, labels, mask, z_max, s_others, inv_s, e0):
     cliff, so the K gradients still sum to zero within rounding.
     """
     if e0 is not None:  # float32 / float64: in place over the forward's exps
-        return _set_target(e0, labels, -s_others[..., 0]) * inv_s
+        return set_along_rows(e0, labels, -s_others[..., 0]) * inv_s
     # bf16 / fp16: recompute the exps (see `_normalizers`).
     z = logits if mask is None else jnp.where(mask, logits, -jnp.inf)  # masked: q = 0
     iota = jax.lax.broadcasted_iota(labels.dtype, z.shape, z.ndim - 1)

@@ -160,12 +160,37 @@ def centred_tangent(p: jax.Array, dx: jax.Array, i_max: jax.Array) -> jax.Array:
     return d - jnp.sum(p * d, axis=-1, keepdims=True)
 
 
+def _one_per_row(x: jax.Array, index: jax.Array):
+    """x as (rows, K) and the scatter index of one entry per row, index[...] in row ..."""
+    rows = x.reshape(-1, x.shape[-1])
+    return rows, (jnp.arange(rows.shape[0]), index.reshape(-1))
+
+
 def add_along_rows(x: jax.Array, index: jax.Array, value: jax.Array) -> jax.Array:
     """x with value[..., 0] added at x[..., index[..., 0]] in each row: a scatter-add, so
     that reverse mode (a gather) keeps only the index, never a (rows, K) mask."""
-    rows = x.reshape(-1, x.shape[-1])
-    at = (jnp.arange(rows.shape[0]), index.reshape(-1))
+    rows, at = _one_per_row(x, index)
     return rows.at[at].add(value.reshape(-1)).reshape(x.shape)
+
+
+def set_along_rows(x: jax.Array, index: jax.Array, value: jax.Array) -> jax.Array:
+    """x with x[..., index[...]] set to value[...] in each row (index and value of the
+    shape of x without its last axis, or with a last axis of 1).
+
+    A scatter of one entry per row, which XLA does in place, where a select against an
+    index iota would be one more full pass's arithmetic. An index outside [0, K)
+    (possible only under jit) sets nothing.
+    """
+    k = x.shape[-1]
+    index = jnp.where((index >= 0) & (index < k), index, k)  # k is out of bounds: dropped
+    rows, at = _one_per_row(x, index)
+    out = rows.at[at].set(
+        value.reshape(-1).astype(x.dtype),
+        mode="drop",
+        unique_indices=True,
+        indices_are_sorted=True,
+    )
+    return out.reshape(x.shape)
 
 
 def _tangent(p: jax.Array, dx: jax.Array, x: jax.Array, mask, log: bool) -> jax.Array:
