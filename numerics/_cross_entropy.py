@@ -22,7 +22,7 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     S sums the kept entries. S_others = sum_{j != t} e^(z_j - z_max) never contains
     the target's own term: when t is the argmax that term is the 1 that would
     swallow e^-m past the cliff. A masked-out target is not in S, so S_others = S.
-    All five are in the compute dtype (`_compute_dtype`).
+    All six are in the compute dtype (`_compute_dtype`); e0 is None for bf16 and fp16.
 
     Two layouts, by dtype, chosen from measurements (benchmarks/bench_cross_entropy.py,
     docs/benchmarks.md):
