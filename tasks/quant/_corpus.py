@@ -74,7 +74,7 @@ class Corpus:
         return mask
 
 
-SYNTHETIC_CORPORA: tuple[str, ...] = ("bigram_backcopy", "trigger_induction")
+SYNTHETIC_CORPORA: tuple[str, ...] = ("bigram_backcopy", "trigger_induction", "uniform_backcopy")
 """Generated corpora (`synthetic_text`) where some heads have nothing to do on most tokens."""
 
 TRIGGERS = "rpx"
@@ -90,7 +90,8 @@ def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTH
     """A generated corpus over the 26 letters a-z, the same for the same arguments.
 
     A bigram chain whose transition rows are Dirichlet(0.2) draws (a few likely successors
-    per letter) is followed, except right after a trigger (r, p or x):
+    per letter) is followed (uniform letters for 'uniform_backcopy'), except right after a
+    trigger (r, p or x):
 
     - 'bigram_backcopy' (Guo et al. 2024): the next letter copies the one before the trigger.
       A copying head in the first layer is needed after triggers and idle everywhere else.
@@ -99,6 +100,9 @@ def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTH
       has not occurred before). That takes a previous-token head in layer 0 and an induction
       head in layer 1, so the idle head sits in a later layer and an earlier layer's FFN has
       to write its sink feature.
+    - 'uniform_backcopy': the back-copy over independent uniform letters. A masked letter
+      (MLM) is then predictable only next to a trigger, so an encoder's heads, which on the
+      bigram chain always read the neighbours, have nothing to do on most positions too.
     """
     if name not in SYNTHETIC_CORPORA:
         raise ValueError(f"synthetic corpus must be one of {', '.join(SYNTHETIC_CORPORA)}")
@@ -114,6 +118,8 @@ def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTH
         if prev in triggers and i >= 2:
             before = out[-2]
             letter = follower.get(before, before) if name == "trigger_induction" else before
+        elif name == "uniform_backcopy":
+            letter = min(int(draws[i] * 26), 25)
         else:
             letter = min(bisect.bisect_right(rows[prev], draws[i]), 25)
         out.append(letter)

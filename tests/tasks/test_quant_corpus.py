@@ -127,14 +127,20 @@ def test_model_shapes_taps_and_causality(family):
         assert float(delta.min()) > 0.0
 
 
-@pytest.mark.parametrize("name", ["bigram_backcopy", "trigger_induction"])
+@pytest.mark.parametrize("name", ["bigram_backcopy", "trigger_induction", "uniform_backcopy"])
 def test_synthetic_corpora_follow_their_rule(name):
     text = synthetic_text(name, 20_000)
     assert text == synthetic_text(name, 20_000) and set(text) <= set(string.ascii_lowercase)
     assert synthetic_text(name, 20_000, seed=1) != text
     after = [i + 1 for i in range(1, len(text) - 1) if text[i] in TRIGGERS]
-    if name == "bigram_backcopy":
+    if name != "trigger_induction":
         assert all(text[i] == text[i - 2] for i in after)
+        free = [c for i, c in enumerate(text[1:], 1) if text[i - 1] not in TRIGGERS]
+        pairs = {a + b for a, b in zip(text, text[1:]) if a not in TRIGGERS}
+        # Uniform letters fill nearly all 23 x 26 non-trigger bigrams; Dirichlet(0.2) rows do not.
+        assert (len(pairs) > 0.95 * 26 * 23) == (name == "uniform_backcopy")
+        counts = np.bincount([ord(c) - 97 for c in free], minlength=26)
+        assert (counts.max() / counts.min() < 1.3) == (name == "uniform_backcopy")
     else:  # the letter after the previous occurrence of the letter before the trigger
         hits = 0
         for i in after:
