@@ -317,6 +317,8 @@ def _quant(args: argparse.Namespace) -> int:
 
     try:
         overrides = quant.parse_quant_overrides(args.overrides)
+        if args.tap_costs:
+            quant.parse_bit_list(args.tap_costs)  # a bad width fails before any training
     except ConfigError as err:
         raise _Fail(str(err)) from None
     _writable_dir(args.out, "--out")
@@ -325,6 +327,11 @@ def _quant(args: argparse.Namespace) -> int:
         table = quant.run_quant(
             args.quick, args.out, overrides, results=args.results, progress=not args.no_progress
         )
+        costs = None
+        if args.tap_costs:
+            costs = quant.run_tap_costs(
+                args.quick, args.out, overrides, args.results, args.tap_costs, not args.no_progress
+            )
     except ConfigError as err:
         raise _Fail(str(err)) from None
     from figures.quant import draw_quant_figures
@@ -333,6 +340,9 @@ def _quant(args: argparse.Namespace) -> int:
     print(quant.format_markdown(table))
     print(f"wrote {args.out / 'quant_table.json'}, {args.out / 'quant_table.md'}, ", end="")
     print(", ".join(p.name for p in paths))
+    if costs is not None:
+        print(quant.format_tap_costs(costs))
+        print(f"wrote {args.out / 'quant_tap_costs.json'}, {args.out / 'quant_tap_costs.md'}")
     return 0
 
 
@@ -606,6 +616,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument("--quick", action="store_true", help="small models, minutes on a CPU")
     q.add_argument("--out", type=pathlib.Path, required=True, help="output directory")
+    q.add_argument(
+        "--tap-costs",
+        metavar="BITS",
+        default="",
+        help="also attribute the PTQ loss at these bit widths (e.g. W8A8,W6A6) to the "
+        "quantized tensors: OUT/quant_tap_costs.{json,md}",
+    )
     f = command(
         "figures",
         _figures,

@@ -37,7 +37,7 @@ from tasks.quant import (
     weight_names,
 )
 
-__all__ = ["evaluate", "load_evaluation"]
+__all__ = ["evaluate", "load_evaluation", "tap_costs"]
 
 _HIST_BINS = 1024  # histogram resolution of the MSE activation estimator
 _EVAL_SEED = 1234  # masks of the fixed validation batches
@@ -78,7 +78,7 @@ class _Runner:
             lo,
             hi,
             jnp.float32(act_bits),
-            jnp.asarray(quantize),
+            _flags(quantize, self.names),
             lo,
             hi,
             self.delim,
@@ -86,7 +86,9 @@ class _Runner:
         )
         return jax.device_get(out)  # one transfer, not one sync per statistic
 
-    def perplexity(self, params, batches, lo=None, hi=None, act_bits=8, quantize=False) -> float:
+    def perplexity(
+        self, params, batches, lo=None, hi=None, act_bits=8, quantize: bool | dict = False
+    ) -> float:
         ce = w = 0.0
         for batch in batches:
             out = self.run(params, batch, lo, hi, act_bits, quantize)
@@ -134,6 +136,14 @@ class _Runner:
             {n: jnp.float32(v) for n, v in lo.items()},
             {n: jnp.float32(v) for n, v in hi.items()},
         )
+
+
+def _flags(quantize: bool | dict, names: tuple[str, ...]) -> dict:
+    """Per-tap quantize flags: one for every tap (a dict of them is one pytree shape, so a
+    run with every tap on and one with a single tap on share one compiled probe)."""
+    if not isinstance(quantize, dict):
+        quantize = dict.fromkeys(names, quantize)
+    return {n: jnp.asarray(bool(quantize.get(n, False))) for n in names}
 
 
 def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, dict]:
@@ -289,3 +299,56 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, store: Store) -> di
     }
     store.write_record(run_dir, cfg.eval_dict(), {"analysis": arrays}, summary)
     return {**summary, "config": cfg.eval_dict()}
+
+
+def tap_costs(cfg: QuantConfig, params: dict, corpus: Corpus, bits: str = "W8A8") -> dict:
+    """Which quantized tensor costs the perplexity: PTQ at `bits` with one tap quantized, and
+    with every tap but one, against the weights-only model.
+
+    The weights and the activation ranges are `evaluate`'s for calibration subset 0, so
+    "every tap" is that subset's perplexity in the table. Returns {"bits", "fp_perplexity",
+    "weights_only_perplexity", "all_taps_perplexity", "taps": [{"tap", "lo", "hi",
+    "only_this", "all_but_this"}]} with perplexities, taps in execution order. Not cached:
+    2 x (number of taps) evaluation passes, seconds at the recipe's size.
+    """
+    w_bits, a_bits = parse_bits(bits)
+    model = cfg.model_config(corpus.vocab_size)
+    runner = _Runner(cfg, model, corpus)
+    val = quant_eval_batches(
+        cfg.family,
+        corpus.val_ids,
+        cfg.eval_batches,
+        cfg.batch_size,
+        cfg.seq_len,
+        corpus.vocab_size,
+        _EVAL_SEED,
+    )
+    q_params = quantize_weights(
+        params, tuple(weight_names(params)), w_bits, _weight_method(cfg, w_bits)
+    )
+    calib = train_batches(cfg, corpus, np.random.default_rng([cfg.seed, 100]), cfg.calib_batches)
+    lo, hi = runner.calibrate(q_params, calib, a_bits)
+
+    def ppl(on: dict) -> float:
+        return runner.perplexity(q_params, val, lo, hi, a_bits, quantize=on)
+
+    everything = dict.fromkeys(runner.names, True)
+    taps = [
+        {
+            "tap": n,
+            "lo": float(lo[n]),
+            "hi": float(hi[n]),
+            "only_this": ppl({n: True}),
+            "all_but_this": ppl({**everything, n: False}),
+        }
+        for n in runner.names
+    ]
+    return {
+        "family": cfg.family,
+        "variant": cfg.variant,
+        "bits": bits.upper(),
+        "fp_perplexity": runner.perplexity(params, val),
+        "weights_only_perplexity": ppl({}),
+        "all_taps_perplexity": ppl(everything),
+        "taps": taps,
+    }

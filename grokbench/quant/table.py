@@ -5,6 +5,8 @@ decoder, evaluates floating-point perplexity and the outlier metrics, simulates 
 W6A8, W4A8 and W6A6 post-training quantization, and writes OUT/quant_table.json and
 OUT/quant_table.md (the paper's Table 2 layout, plus the low-bit columns of its Table 10).
 `figures.quant.draw_quant_figures` draws the figures from the same stored results.
+`run_tap_costs` attributes each row's PTQ loss to the quantized tensors
+(OUT/quant_tap_costs.json and .md).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grokbench.config import ConfigError, parse_value, require, split_override
-from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig
-from grokbench.quant.evaluate import evaluate
+from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig, parse_bits
+from grokbench.quant.evaluate import evaluate, tap_costs
 from grokbench.quant.train import train
 from grokbench.store import Store, atomic_write_bytes, atomic_write_json
 from grokbench.tables import fmt
@@ -29,10 +31,13 @@ __all__ = [
     "DEFAULT_VARIANTS",
     "QUICK",
     "format_markdown",
+    "format_tap_costs",
+    "parse_bit_list",
     "parse_quant_overrides",
     "quant_configs",
     "run_ablations",
     "run_quant",
+    "run_tap_costs",
     "sweep_axes",
 ]
 
@@ -213,6 +218,83 @@ def run_quant(
         atomic_write_json(out / "quant_table.json", table)
         atomic_write_bytes(out / "quant_table.md", format_markdown(table).encode())
     return table
+
+
+def parse_bit_list(bits: str) -> list[str]:
+    """'W8A8,w6a6' -> ['W8A8', 'W6A6'], or `ConfigError` (one line) for a bad or empty list."""
+    names = [b.strip().upper() for b in bits.split(",") if b.strip()]
+    require(bool(names), f"tap costs need a bit width such as W8A8, got {bits!r}")
+    try:
+        for name in names:
+            parse_bits(name)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return names
+
+
+def run_tap_costs(
+    quick: bool,
+    out: pathlib.Path | str | None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    results: pathlib.Path | str | None = None,
+    bits: str = "W8A8",
+    progress: bool = True,
+) -> list[dict]:
+    """`evaluate.tap_costs` of every config `run_quant` makes (trained or loaded from the
+    store), at each of the comma-separated `bits`; writes OUT/quant_tap_costs.{json,md}."""
+    if overrides is not None and not isinstance(overrides, Mapping):
+        overrides = parse_quant_overrides(list(overrides))
+    names = parse_bit_list(bits)
+    table = run_quant(quick, None, overrides, results, progress)  # trains what is missing
+    store = Store(results)
+    corpora: dict[tuple[str, str], Any] = {}
+    costs = []
+    for cfg, row in zip(quant_configs(quick, overrides), table["rows"], strict=True):
+        key = (cfg.corpus, cfg.level)
+        if key not in corpora:
+            corpora[key] = build_corpus(None if cfg.corpus == "pydoc" else cfg.corpus, cfg.level)
+        params, _ = train(cfg, corpora[key], store, progress=False)  # a store load
+        for name in names:
+            costs.append({"label": row["label"], **tap_costs(cfg, params, corpora[key], name)})
+    if out is not None:
+        out = pathlib.Path(out)
+        atomic_write_json(out / "quant_tap_costs.json", costs)
+        atomic_write_bytes(out / "quant_tap_costs.md", format_tap_costs(costs).encode())
+    return costs
+
+
+def format_tap_costs(costs: Sequence[dict], top: int = 5) -> str:
+    """Per model and bit width: the gap over the weights-only model with every tap quantized,
+    then the `top` taps whose quantization alone costs the most, with the gap left when
+    every tap but that one is quantized."""
+
+    def gap(ppl: float, base: float) -> str:
+        return f"{100 * (ppl / base - 1):+.2f}%"
+
+    lines = []
+    for c in costs:
+        base = c["weights_only_perplexity"]
+        lines += [
+            f"### {c['family']} {c['label']}, {c['bits']}: FP {_fmt(c['fp_perplexity'])}, "
+            f"weights only {_fmt(base)}, every tap {_fmt(c['all_taps_perplexity'])} "
+            f"({gap(c['all_taps_perplexity'], base)})"
+        ]
+        ranked = sorted(c["taps"], key=lambda t: -t["only_this"])[:top]
+        lines += _markdown_table(
+            ["tap", "range", "only this tap", "every tap but this"],
+            ["---", "---", "---:", "---:"],
+            [
+                [
+                    f"`{t['tap']}`",
+                    f"[{t['lo']:.1f}, {t['hi']:.1f}]",
+                    gap(t["only_this"], base),
+                    gap(t["all_but_this"], base),
+                ]
+                for t in ranked
+            ],
+        )
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:

@@ -47,8 +47,10 @@ def make_quant_probe(cfg: QuantModelConfig, percentile: float | None = None, his
 
     Call as probe(params, batch, gamma, zeta, lo, hi, act_bits, quantize, hist_lo, hist_hi,
     delim_V, special_V) with lo/hi/hist_lo/hist_hi dicts tap name -> float32 scalar (any
-    values when unused). `percentile` (e.g. 99.99) adds the per-batch lower/upper
-    percentiles of each tap; `hist_bins` > 0 adds a histogram over [hist_lo, hist_hi].
+    values when unused). `quantize` is a bool scalar (every tap) or a dict tap name -> bool
+    scalar (which taps pass on their quantized input). `percentile` (e.g. 99.99) adds the
+    per-batch lower/upper percentiles of each tap; `hist_bins` > 0 adds a histogram over
+    [hist_lo, hist_hi].
     """
     return _make_probe(cfg, percentile, hist_bins)
 
@@ -66,7 +68,7 @@ def _make_probe(cfg: QuantModelConfig, percentile: float | None, hist_bins: int)
         def tap(name: str, x: jax.Array) -> jax.Array:
             seen[name] = x
             xq = fake_quant_asymmetric(x, lo[name], hi[name], act_bits)
-            return jnp.where(quantize, xq, x)
+            return jnp.where(quantize[name] if isinstance(quantize, dict) else quantize, xq, x)
 
         tokens = batch["tokens"]
         logits = quant_model_apply(params, tokens, batch["segments"], cfg, gamma, zeta, tap)

@@ -10,6 +10,7 @@ from grokbench.cli import main
 from grokbench.config import ConfigError
 from grokbench.quant import QuantConfig, parse_quant_overrides, quant_configs, run_quant
 from grokbench.quant import table as quant_table
+from tasks import quant as tasks_quant
 
 TINY = [
     "n_layers=1",
@@ -83,6 +84,30 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
         "quant_table.md",
     ]
     assert "W8A8 ppl" in capsys.readouterr().out
+    _check_tap_costs(tmp_path, results, rows)
+
+
+def _check_tap_costs(tmp_path, results, rows):
+    """`run_tap_costs` on the stored models: 'every tap' is evaluate's first calibration
+    subset, the per-tap flags select (at 3 bits a single tap moves the perplexity)."""
+    costs = quant.run_tap_costs(False, tmp_path / "out", TINY, results, "w8a8,W3A3", False)
+    assert [(c["variant"], c["bits"]) for c in costs] == [
+        ("vanilla", "W8A8"), ("vanilla", "W3A3"), ("clipped", "W8A8"), ("clipped", "W3A3"),
+    ]  # fmt: skip
+    names = tasks_quant.quant_tap_names(QuantConfig(**TINY_FIELDS).model_config(32))
+    for c, row in zip(costs[::2], rows, strict=True):
+        assert c["all_taps_perplexity"] == row["w8a8_perplexity_runs"][0]
+        assert c["fp_perplexity"] == row["fp_perplexity"]
+        assert [t["tap"] for t in c["taps"]] == list(names)
+    coarse = costs[1]
+    base, full = coarse["weights_only_perplexity"], coarse["all_taps_perplexity"]
+    assert any(t["only_this"] != base for t in coarse["taps"])
+    assert any(t["all_but_this"] != full for t in coarse["taps"])
+    assert all(t["lo"] <= t["hi"] for t in coarse["taps"])
+    on_disk = json.loads((tmp_path / "out" / "quant_tap_costs.json").read_text())
+    assert on_disk == json.loads(json.dumps(costs))
+    md = (tmp_path / "out" / "quant_tap_costs.md").read_text()
+    assert md.count("| tap | range | only this tap | every tap but this |") == 4
 
 
 @pytest.mark.parametrize(
@@ -97,6 +122,8 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
         ["quant", "pi_init=1.5", "--out", "x"],
         ["quant", "corpus=no_such_corpus", "--out", "x"],
         ["quant", "corpus=bigram_backcopy", "seq_len=100000", "steps=1", "--out", "x"],
+        ["quant", "--tap-costs", "W9", "--out", "x"],
+        ["quant", "--tap-costs", ",", "--out", "x"],
     ],
 )
 def test_cli_bad_overrides_exit_2_with_one_line(argv, capsys, tmp_path):

@@ -1,5 +1,6 @@
 """The quant lab's corpus, batches and models: shapes, special tokens, split, taps."""
 
+import itertools
 import string
 
 import jax
@@ -136,7 +137,7 @@ def test_synthetic_corpora_follow_their_rule(name):
     if name != "trigger_induction":
         assert all(text[i] == text[i - 2] for i in after)
         free = [c for i, c in enumerate(text[1:], 1) if text[i - 1] not in TRIGGERS]
-        pairs = {a + b for a, b in zip(text, text[1:]) if a not in TRIGGERS}
+        pairs = {a + b for a, b in itertools.pairwise(text) if a not in TRIGGERS}
         # Uniform letters fill nearly all 23 x 26 non-trigger bigrams; Dirichlet(0.2) rows do not.
         assert (len(pairs) > 0.95 * 26 * 23) == (name == "uniform_backcopy")
         counts = np.bincount([ord(c) - 97 for c in free], minlength=26)
