@@ -625,6 +625,7 @@ def test_quant_figure_and_claims_on_a_tiny_lab(tmp_path, monkeypatch):
         "eval_batches": 1,
         "calib_batches": 2,
         "calib_subsets": 2,
+        "bits": "W8A8",  # the quick recipe's width; the claims of the others say "no column"
     }
     monkeypatch.setattr(quant_lab, "QUICK", tiny)
     real = quant_lab.quant_configs

@@ -6,6 +6,9 @@ plus the conditioning every in-dtype implementation inherits (the rounding of
 z_j - z_max amplified by exp, and log2(K) roundings in each sum). The soft-target
 gradient's error is measured in ulps of the gradient itself, so the standard formula's
 cancellation near z_S = z_T fails the test that the fixed one passes.
+
+Every function runs under `jax.jit`, as training runs it (one compiled program per shape
+and dtype instead of one per operation); test_contract.py checks that eager agrees.
 """
 
 import functools
@@ -62,8 +65,9 @@ def test_cross_entropy_random_rows(dtype, k, scale, margin):
     rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000])
     z, t = _planted(rng, k, scale, margin, dtype)
     with jax.enable_x64(dtype == np.float64):
-        loss, grad = jax.value_and_grad(numerics.cross_entropy)(jnp.asarray(z), jnp.asarray(t))
-        margin_ours = numerics.logit_margin(jnp.asarray(z), jnp.asarray(t))
+        value_and_grad = jax.jit(jax.value_and_grad(numerics.cross_entropy))
+        loss, grad = value_and_grad(jnp.asarray(z), jnp.asarray(t))
+        margin_ours = jax.jit(numerics.logit_margin)(jnp.asarray(z), jnp.asarray(t))
     exact_loss, exact_grad = oracle.cross_entropy_value_and_grad(z[None], np.array([t]), exact=True)
     gaps = z.astype(np.float64).max() - z.astype(np.float64)
     grad_conditioning = gaps.copy()
@@ -93,8 +97,8 @@ def test_log_softmax_and_softmax_random_rows(dtype, k, scale, margin):
     rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000, 1])
     z, _ = _planted(rng, k, scale, margin, dtype)
     with jax.enable_x64(dtype == np.float64):
-        log_probs = numerics.log_softmax(jnp.asarray(z))
-        probs = numerics.softmax(jnp.asarray(z))
+        log_probs = jax.jit(numerics.log_softmax)(jnp.asarray(z))
+        probs = jax.jit(numerics.softmax)(jnp.asarray(z))
     gaps = z.astype(np.float64).max() - z.astype(np.float64)
     # log q_k = -gap_k - log1p(S - 1): log1p(S - 1) carries the sum's conditioning.
     log_conditioning = np.full(k, _weighted_gap(gaps, int(np.argmin(gaps))))
@@ -136,7 +140,7 @@ def _soft_target_case(fn, dtype, k, scale, margin, distance):
         np.dtype(dtype), k, scale, margin, distance
     )
     with jax.enable_x64(dtype == np.float64):
-        loss, grad = jax.value_and_grad(fn)(jnp.asarray(student), jnp.asarray(teacher))
+        loss, grad = jax.jit(jax.value_and_grad(fn))(jnp.asarray(student), jnp.asarray(teacher))
     # XLA flushes subnormal results to zero, so up to one smallest-normal of
     # absolute error is the hardware's, not the formula's.
     tiny = float(jnp.finfo(dtype).smallest_normal)
