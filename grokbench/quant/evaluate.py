@@ -235,6 +235,28 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
     return fields, arrays
 
 
+def _runner_and_batches(cfg: QuantConfig, corpus: Corpus) -> tuple[_Runner, list[dict]]:
+    """The probe runner of `cfg`'s architecture and its fixed validation batches."""
+    runner = _Runner(cfg, cfg.model_config(corpus.vocab_size), corpus)
+    val = quant_eval_batches(
+        cfg.family,
+        corpus.val_ids,
+        cfg.eval_batches,
+        cfg.batch_size,
+        cfg.seq_len,
+        corpus.vocab_size,
+        _EVAL_SEED,
+    )
+    return runner, val
+
+
+def _calibration_batches(cfg: QuantConfig, corpus: Corpus, subset: int) -> list[dict]:
+    """Calibration subset `subset`: `calib_batches` training batches from its own stream."""
+    return train_batches(
+        cfg, corpus, np.random.default_rng([cfg.seed, 100 + subset]), cfg.calib_batches
+    )
+
+
 def _eval_dir(store: Store, cfg: QuantConfig) -> pathlib.Path:
     return store.root / "quant" / "eval" / cfg.eval_hash()
 
@@ -252,17 +274,7 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, store: Store) -> di
     if cached is not None:
         return cached
     start = time.perf_counter()
-    model = cfg.model_config(corpus.vocab_size)
-    runner = _Runner(cfg, model, corpus)
-    val = quant_eval_batches(
-        cfg.family,
-        corpus.val_ids,
-        cfg.eval_batches,
-        cfg.batch_size,
-        cfg.seq_len,
-        corpus.vocab_size,
-        _EVAL_SEED,
-    )
+    runner, val = _runner_and_batches(cfg, corpus)
     fields, arrays = _fp_statistics(runner, params, val)
     bit_configs = [b.strip().upper() for b in cfg.bits.split(",")]
     weights: dict[tuple[int, str], dict] = {}
@@ -279,8 +291,7 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, store: Store) -> di
         for subset in range(cfg.calib_subsets):
             key = (w_bits, method, subset, a_bits if cfg.act_range == "mse" else None)
             if key not in ranges:
-                rng = np.random.default_rng([cfg.seed, 100 + subset])
-                calib = train_batches(cfg, corpus, rng, cfg.calib_batches)
+                calib = _calibration_batches(cfg, corpus, subset)
                 ranges[key] = runner.calibrate(q_params, calib, a_bits)
             lo, hi = ranges[key]
             runs.append(runner.perplexity(q_params, val, lo, hi, a_bits, quantize=True))
@@ -312,22 +323,11 @@ def tap_costs(cfg: QuantConfig, params: dict, corpus: Corpus, bits: str = "W8A8"
     2 x (number of taps) evaluation passes, seconds at the recipe's size.
     """
     w_bits, a_bits = parse_bits(bits)
-    model = cfg.model_config(corpus.vocab_size)
-    runner = _Runner(cfg, model, corpus)
-    val = quant_eval_batches(
-        cfg.family,
-        corpus.val_ids,
-        cfg.eval_batches,
-        cfg.batch_size,
-        cfg.seq_len,
-        corpus.vocab_size,
-        _EVAL_SEED,
-    )
+    runner, val = _runner_and_batches(cfg, corpus)
     q_params = quantize_weights(
         params, tuple(weight_names(params)), w_bits, _weight_method(cfg, w_bits)
     )
-    calib = train_batches(cfg, corpus, np.random.default_rng([cfg.seed, 100]), cfg.calib_batches)
-    lo, hi = runner.calibrate(q_params, calib, a_bits)
+    lo, hi = runner.calibrate(q_params, _calibration_batches(cfg, corpus, 0), a_bits)
 
     def ppl(on: dict) -> float:
         return runner.perplexity(q_params, val, lo, hi, a_bits, quantize=on)
