@@ -143,6 +143,9 @@ def _flags(quantize: bool | dict, names: tuple[str, ...]) -> dict:
     run with every tap on and one with a single tap on share one compiled probe)."""
     if not isinstance(quantize, dict):
         quantize = dict.fromkeys(names, quantize)
+    unknown = set(quantize) - set(names)
+    if unknown:
+        raise ValueError(f"no such quantized taps: {', '.join(sorted(unknown))}")
     return {n: jnp.asarray(bool(quantize.get(n, False))) for n in names}
 
 
