@@ -79,11 +79,12 @@ class QuantConfig:
     - Data: Uniform-Backcopy, Guo et al. 2024's Bigram-Backcopy over uniform letters.
       Outliers come from heads that must do nothing on most tokens (the paper's section 3).
       Here only the letter after a trigger (and, for the MLM, before one) can be predicted
-      from context, so on ~88% of positions every head has nothing to add, in the encoder as
+      from context, so on ~90% of positions every head has nothing to add, in the encoder as
       in the decoder. On the bigram chain (`corpus=bigram_backcopy`, the recipe before) the
       MLM's heads must read the neighbours everywhere, and neither model grew outliers beyond
       the residual stream's own scale (docs/quant.md). Adopted after one probe on seed 0;
-      seeds 1-2, 4,000 steps and the quick size were run after it and keep its direction.
+      seeds 1-2, run after it, keep its direction; 4,000 steps, 3 layers and the quick size
+      keep only part of it (docs/quant.md).
     - Model: 2 layers (Guo et al. get sinks with 1-3), width 64, 4 heads, T 64: the smallest
       stack where one layer's FFN feeds the next layer's heads, at minutes per run on 2 cores.
     - Optimiser: the paper's AdamW recipes (BERT: b2 0.999, wd 0.01; OPT: b2 0.95, wd 0.1 with
