@@ -155,12 +155,17 @@ def sweep_axes(overrides: Mapping[str, Any]) -> dict[str, tuple]:
     return {k: v for k, v in overrides.items() if isinstance(v, tuple) and k not in _LISTS}
 
 
+def _label(cfg: QuantConfig, axes: Sequence[str]) -> str:
+    """The variant's name, with the swept fields' values ('Vanilla, seed=1')."""
+    return _LABELS[cfg.variant] + "".join(f", {k}={getattr(cfg, k)}" for k in axes)
+
+
 def _row(summary: dict, train_summary: dict, cfg: QuantConfig, axes: Sequence[str]) -> dict:
     sweep = {k: getattr(cfg, k) for k in axes}
     return {
         "family": cfg.family,
         "variant": cfg.variant,
-        "label": _LABELS[cfg.variant] + "".join(f", {k}={v}" for k, v in sweep.items()),
+        "label": _label(cfg, axes),
         "sweep": sweep,
         "gamma": cfg.resolved("gamma"),
         "pi_init": cfg.resolved("pi_init") if cfg.gate != "none" else None,
@@ -168,6 +173,28 @@ def _row(summary: dict, train_summary: dict, cfg: QuantConfig, axes: Sequence[st
         "final_train_loss": train_summary["final_train_loss"],
         "train_seconds": train_summary["train_seconds"],
     }
+
+
+def _trained(configs: Sequence[QuantConfig], store: Store, progress: bool):
+    """(cfg, corpus, params, train summary) per config, trained or loaded from `store`; each
+    corpus is built once, and a bad corpus or a sequence longer than it is a `ConfigError`."""
+    corpora: dict[tuple[str, str], Any] = {}
+    for cfg in configs:
+        key = (cfg.corpus, cfg.level)
+        if key not in corpora:
+            try:
+                corpora[key] = build_corpus(
+                    None if cfg.corpus == "pydoc" else cfg.corpus, cfg.level
+                )
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+        corpus = corpora[key]
+        shortest = min(len(corpus.train_ids), len(corpus.val_ids))
+        require(
+            cfg.seq_len <= shortest,
+            f"seq_len {cfg.seq_len} is longer than the corpus's {shortest}-token split",
+        )
+        yield (cfg, corpus, *train(cfg, corpus, store, progress))
 
 
 def run_quant(
@@ -187,26 +214,11 @@ def run_quant(
     configs = quant_configs(quick, overrides)
     store = Store(results)
     start = time.perf_counter()
-    corpora: dict[tuple[str, str], Any] = {}
+    axes = tuple(sweep_axes(overrides or {}))
     rows = []
-    for cfg in configs:
-        key = (cfg.corpus, cfg.level)
-        if key not in corpora:
-            try:
-                corpora[key] = build_corpus(
-                    None if cfg.corpus == "pydoc" else cfg.corpus, cfg.level
-                )
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-        corpus = corpora[key]
-        shortest = min(len(corpus.train_ids), len(corpus.val_ids))
-        require(
-            cfg.seq_len <= shortest,
-            f"seq_len {cfg.seq_len} is longer than the corpus's {shortest}-token split",
-        )
-        params, train_summary = train(cfg, corpus, store, progress)
+    for cfg, corpus, params, train_summary in _trained(configs, store, progress):
         summary = evaluate(cfg, params, corpus, store)
-        rows.append(_row(summary, train_summary, cfg, tuple(sweep_axes(overrides or {}))))
+        rows.append(_row(summary, train_summary, cfg, axes))
     table = {
         "quick": quick,
         "configs": [c.to_dict() for c in configs],
@@ -240,22 +252,17 @@ def run_tap_costs(
     bits: str = "W8A8",
     progress: bool = True,
 ) -> list[dict]:
-    """`evaluate.tap_costs` of every config `run_quant` makes (trained or loaded from the
-    store), at each of the comma-separated `bits`; writes OUT/quant_tap_costs.{json,md}."""
+    """`evaluate.tap_costs` of every config `run_quant` makes (trained if the store lacks it,
+    else loaded), at each of the comma-separated `bits`; writes OUT/quant_tap_costs.{json,md}."""
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_quant_overrides(list(overrides))
     names = parse_bit_list(bits)
-    table = run_quant(quick, None, overrides, results, progress)  # trains what is missing
-    store = Store(results)
-    corpora: dict[tuple[str, str], Any] = {}
+    axes = tuple(sweep_axes(overrides or {}))
+    configs = quant_configs(quick, overrides)
     costs = []
-    for cfg, row in zip(quant_configs(quick, overrides), table["rows"], strict=True):
-        key = (cfg.corpus, cfg.level)
-        if key not in corpora:
-            corpora[key] = build_corpus(None if cfg.corpus == "pydoc" else cfg.corpus, cfg.level)
-        params, _ = train(cfg, corpora[key], store, progress=False)  # a store load
+    for cfg, corpus, params, _ in _trained(configs, Store(results), progress):
         for name in names:
-            costs.append({"label": row["label"], **tap_costs(cfg, params, corpora[key], name)})
+            costs.append({"label": _label(cfg, axes), **tap_costs(cfg, params, corpus, name)})
     if out is not None:
         out = pathlib.Path(out)
         atomic_write_json(out / "quant_tap_costs.json", costs)
