@@ -78,9 +78,10 @@ def test_sharded_batch_equals_single_device(batched, n_runs):
     with precision_scope(TINY.precision):
         leaf = jax.tree.leaves(engine.prepare(cfgs, shard=False).state)[0]
     assert len(leaf.sharding.device_set) == 1
+    if n_runs == 2:
+        return  # the layout only: the padded batch checks the sharded numbers
     single = engine.train(cfgs, progress=False, shard=False)
-    sharded = engine.train(cfgs, progress=False) if n_runs == 2 else batched
-    for out, ref in zip(sharded, single, strict=True):
+    for out, ref in zip(batched, single, strict=True):
         assert out.config == ref.config
         for name, column in ref.metrics.items():
             np.testing.assert_allclose(
@@ -123,7 +124,7 @@ def test_step_zero_metrics_come_from_the_initial_logits(batched):
     # The plain forward pass, independent of the engine's fast one.
     model = build_model(cfg.model_config(), fast=False)
     params = model.init(jax.random.key(cfg.seed), jnp.float32)
-    logits = model.apply(params, jnp.asarray(data.x_train))
+    logits = jax.jit(model.apply)(params, jnp.asarray(data.x_train))  # one compile, not per op
     y = jnp.asarray(data.y_train)
     margin = np.asarray(numerics.logit_margin(logits, y))
     np.testing.assert_allclose(m["margin_mean"][0], margin.mean(), rtol=1e-5)

@@ -118,15 +118,20 @@ def _dead_rows(family: str, gamma: float, qk_scale: float = 1.0) -> np.ndarray:
     params = quant_model_init(jax.random.key(0), cfg)
     params |= {k: params[k] * qk_scale for k in ("l0.wq", "l0.wk")}
     tokens = jax.random.randint(jax.random.key(1), (16, 64), 6, 32)
-    probs = []
 
-    def tap(name, x):
-        if name == "l0.probs":
-            probs.append(x)
-        return x
+    @jax.jit  # as training runs it: one compiled program, not one per operation
+    def dead(params, tokens):
+        probs = []
 
-    quant_model_apply(params, tokens, tokens * 0, cfg, gamma, 1.0, tap)
-    return np.asarray(jnp.all(probs[0] == 0, axis=-1)).mean(axis=(0, 1))
+        def tap(name, x):
+            if name == "l0.probs":
+                probs.append(x)
+            return x
+
+        quant_model_apply(params, tokens, tokens * 0, cfg, gamma, 1.0, tap)
+        return jnp.all(probs[0] == 0, axis=-1)
+
+    return np.asarray(dead(params, tokens)).mean(axis=(0, 1))
 
 
 def test_clipped_softmax_rows_are_alive_at_step_0():
