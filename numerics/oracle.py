@@ -131,13 +131,14 @@ def _cross_entropy_row(row: np.ndarray, t: int):
     if np.isnan(row).any() or not 0 <= t < k:
         return mpmath.mpf("nan"), _nan_row(k), mpmath.mpf("nan")
     z_t = _mp(row[t])
-    diffs = [_mp(row[j]) - z_t for j in range(k)]
+    # e^(z_j - z_t), each computed once (the sum and the gradient both read it).
+    exps = [mpmath.exp(_mp(row[j]) - z_t) if j != t else None for j in range(k)]
     # S = e^-m = sum_{j != t} e^(z_j - z_t); everything below is a function of S
     # and the differences, with no 1 - q_t.
-    total = mpmath.fsum(mpmath.exp(diffs[j]) for j in range(k) if j != t)
+    total = mpmath.fsum(e for e in exps if e is not None)
     loss = mpmath.log1p(total)
     denom = 1 + total
-    grad = [mpmath.exp(diffs[j]) / denom if j != t else -total / denom for j in range(k)]
+    grad = [e / denom if e is not None else -total / denom for e in exps]
     margin = -mpmath.log(total) if total > 0 else mpmath.inf
     return loss, grad, margin
 

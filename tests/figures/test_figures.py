@@ -127,10 +127,14 @@ def test_table1_markdown_and_csv(tmp_path, fake_engine):
 
 def test_real_engine_end_to_end(tmp_path):
     """fig2 through the real engine (its three recipes shrunk), as `grokbench figures` runs it."""
-    overrides = {**TINY, "d_model": (8,), "n_heads": (2,), "mlp_width": (16,), "seeds": (1,)}
+    # fig2-top at tests/grokbench/test_cli.py's SHRINK sizes: the two share compiled programs.
+    shrink = {"steps": (30,), "eval_every": (10,), "seeds": (3,)}
+    overrides = {**TINY, "d_model": (8,), "n_heads": (2,), "mlp_width": (16,), **shrink}
     written = _build(tmp_path, ["fig2"], overrides=overrides)
     assert all(p.stat().st_size > 1000 for p in written["fig2"])
-    assert len(list((tmp_path / "store" / "runs").iterdir())) == 6  # 3 recipes x 2 losses
+    assert (
+        len(list((tmp_path / "store" / "runs").iterdir())) == 18
+    )  # 3 recipes x 2 losses x 3 seeds
 
 
 def test_unknown_figure_is_one_line_exit_2(capsys):

@@ -239,7 +239,7 @@ def test_matmul_precision_is_pinned_in_the_jitted_chunk(precision, pinned):
 
 
 def test_summary_records_backend_and_matmul_precision(tmp_path):
-    cfg = dataclasses.replace(TINY, steps=2, eval_every=2)
+    cfg = TINY  # the program of test_per_seed_split_batch_equals_individual_runs's fixed run
     (summary,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
     stored = json.loads((pathlib.Path(summary["run_dir"]) / "summary.json").read_text())
     assert stored["backend"] == jax.default_backend()
