@@ -9,6 +9,9 @@ float64's own half-ulp).
 
 The references loop in Python over rows: about 20 us per entry, fine for the
 65,536 bf16 values or a few rows of K = 50,000, too slow for a training step.
+mpmath does its arithmetic through gmpy2 (GMP) where that is installed, as the lab's
+dependencies install it: about 1.3x faster here, with the same digits as its
+pure-Python backend (tests/numerics/test_oracle_backend.py).
 """
 
 from __future__ import annotations
