@@ -7,7 +7,8 @@
 # `grokbench quant` with the recipe's corpus, optimiser and variants, at depth and head size
 # of the paper's smallest public configs (6 layers as BERT's "15m" and OPT's smallest; d_head
 # 64 as BERT-base and OPT-125m; T 128 as BERT-base) and ten times the CPU recipe's steps.
-# Everything else is the CPU recipe's, with its reasons in QuantConfig's docstring. Prints the
+# Everything else is the CPU recipe's, with its reasons in QuantConfig's docstring; the model
+# pins float32 matmuls to full precision (tasks.quant.MATMUL_PRECISION, not TF32). Prints the
 # table, where the PTQ loss sits and the wall time; writes OUT/quant_table.{json,md},
 # OUT/quant_tap_costs.{json,md} and the figures; the store is $GROKBENCH_RESULTS (default
 # /tmp/grokbench-results), whose quant records' JSON files go to OUT/quant_records.tar.xz.

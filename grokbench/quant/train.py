@@ -24,6 +24,7 @@ from grokbench.optimizers import add_decayed_weights, scale_by_adam
 from grokbench.quant.config import QuantConfig
 from grokbench.store import Store
 from tasks.quant import (
+    MATMUL_PRECISION,
     Corpus,
     QuantModelConfig,
     decay_mask,
@@ -168,6 +169,8 @@ def train(
     summary = {
         "final_train_loss": float(np.mean(tail)),  # mean over the last 5% of steps
         "train_seconds": seconds,
+        "backend": jax.default_backend(),
+        "matmul_precision": MATMUL_PRECISION,  # every dot of the model (tasks.quant)
     }
     steps = np.arange(1, len(loss_curve) + 1)
     metrics = {"step": steps, "train_loss": loss_curve}

@@ -17,6 +17,7 @@ from tasks.quant._metrics import attention_mass as attention_mass
 from tasks.quant._metrics import inf_norm as inf_norm
 from tasks.quant._metrics import kurtosis as kurtosis
 from tasks.quant._metrics import outlier_mask as outlier_mask
+from tasks.quant._models import MATMUL_PRECISION as MATMUL_PRECISION
 from tasks.quant._models import PYDOC_CHAR_VOCAB_SIZE as PYDOC_CHAR_VOCAB_SIZE
 from tasks.quant._models import QuantModelConfig as QuantModelConfig
 from tasks.quant._models import decay_mask as decay_mask

@@ -42,6 +42,12 @@ PYDOC_CHAR_VOCAB_SIZE = 109
 
 _LN_EPS = {"encoder": 1e-12, "decoder": 1e-5}  # BERT's and OPT's LayerNorm eps
 
+MATMUL_PRECISION = "highest"
+"""The `jax.default_matmul_precision` every dot of `quant_model_apply` is traced under (and
+so its transposes in the backward pass): float32 products as float32, not the backend's
+default (TF32 on NVIDIA GPUs, bf16 passes on TPUs), so a GPU's FP and PTQ perplexities and
+activation statistics are those the CPU computes. On the CPU it changes no bit."""
+
 
 @dataclasses.dataclass(frozen=True)
 class QuantModelConfig:
@@ -205,7 +211,14 @@ def quant_model_apply(
     zeta: jax.Array | float = 1.0,
     tap: Tap = identity_tap,
 ) -> jax.Array:
-    """Logits (B, T, V). gamma/zeta: the clipped softmax (0, 1 is the plain softmax)."""
+    """Logits (B, T, V). gamma/zeta: the clipped softmax (0, 1 is the plain softmax).
+
+    Every dot is traced under `MATMUL_PRECISION`."""
+    with jax.default_matmul_precision(MATMUL_PRECISION):
+        return _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap)
+
+
+def _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap) -> jax.Array:
     gamma = jnp.asarray(gamma, jnp.float32)
     zeta = jnp.asarray(zeta, jnp.float32)
     eps = _LN_EPS[cfg.family]

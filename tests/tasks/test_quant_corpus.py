@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tasks.quant import (
+    MATMUL_PRECISION,
     PYDOC_CHAR_VOCAB_SIZE,
     QuantModelConfig,
     build_corpus,
@@ -155,3 +156,20 @@ def test_synthetic_corpora_follow_their_rule(name):
     assert len(corpus.train_ids) + len(corpus.val_ids) == 400_000
     with pytest.raises(ValueError, match="corpus must be one of"):
         build_corpus("no_such_corpus")
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_every_dot_forward_and_backward_is_highest(family):
+    """float32 products as float32 on any backend (not TF32 on a GPU): `MATMUL_PRECISION`."""
+    cfg = QuantModelConfig(family=family, vocab_size=20, seq_len=8, n_layers=1, d_model=16,
+                           gate="mlp")  # fmt: skip
+    params = quant_model_init(jax.random.key(0), cfg)
+    tokens = jnp.zeros((2, 8), jnp.int32)
+
+    def loss(p):
+        return jnp.sum(quant_model_apply(p, tokens, tokens, cfg, -0.025, 1.0))
+
+    text = str(jax.make_jaxpr(jax.grad(loss))(params))
+    dots = text.count("dot_general[")
+    assert MATMUL_PRECISION == "highest" and dots > 10
+    assert text.count("precision=(Precision.HIGHEST, Precision.HIGHEST)") == dots
