@@ -132,9 +132,8 @@ def test_real_engine_end_to_end(tmp_path):
     overrides = {**TINY, "d_model": (8,), "n_heads": (2,), "mlp_width": (16,), **shrink}
     written = _build(tmp_path, ["fig2"], overrides=overrides)
     assert all(p.stat().st_size > 1000 for p in written["fig2"])
-    assert (
-        len(list((tmp_path / "store" / "runs").iterdir())) == 18
-    )  # 3 recipes x 2 losses x 3 seeds
+    runs = list((tmp_path / "store" / "runs").iterdir())
+    assert len(runs) == 18  # 3 recipes x 2 losses x 3 seeds
 
 
 def test_unknown_figure_is_one_line_exit_2(capsys):
