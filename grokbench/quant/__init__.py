@@ -12,6 +12,7 @@ from grokbench.quant.config import BIT_CONFIGS as BIT_CONFIGS
 from grokbench.quant.config import QUANT_VERSION as QUANT_VERSION
 from grokbench.quant.config import VARIANTS as VARIANTS
 from grokbench.quant.config import QuantConfig as QuantConfig
+from grokbench.quant.config import parse_bit_list as parse_bit_list
 from grokbench.quant.config import parse_bits as parse_bits
 from grokbench.quant.evaluate import evaluate as evaluate
 from grokbench.quant.evaluate import load_evaluation as load_evaluation
@@ -21,7 +22,6 @@ from grokbench.quant.table import DEFAULT_VARIANTS as DEFAULT_VARIANTS
 from grokbench.quant.table import QUICK as QUICK
 from grokbench.quant.table import format_markdown as format_markdown
 from grokbench.quant.table import format_tap_costs as format_tap_costs
-from grokbench.quant.table import parse_bit_list as parse_bit_list
 from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides
 from grokbench.quant.table import quant_configs as quant_configs
 from grokbench.quant.table import run_ablations as run_ablations

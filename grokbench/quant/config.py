@@ -15,7 +15,15 @@ from grokbench.config import ConfigError, check_field_types, require
 from numerics import clipped_softmax_gamma
 from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
 
-__all__ = ["BERT_GAMMA", "BIT_CONFIGS", "QUANT_VERSION", "VARIANTS", "QuantConfig", "parse_bits"]
+__all__ = [
+    "BERT_GAMMA",
+    "BIT_CONFIGS",
+    "QUANT_VERSION",
+    "VARIANTS",
+    "QuantConfig",
+    "parse_bit_list",
+    "parse_bits",
+]
 
 QUANT_VERSION = 6
 """Bumped when training or evaluation numbers change meaning; part of every quant hash.
@@ -46,6 +54,18 @@ def parse_bits(name: str) -> tuple[int, int]:
     if not all(2 <= b <= 16 for b in bits):
         raise ValueError(f"bit widths must be in [2, 16], got {name!r}")
     return bits
+
+
+def parse_bit_list(bits: str) -> list[str]:
+    """'W8A8,w6a6' -> ['W8A8', 'W6A6'], or `ConfigError` (one line) for a bad or empty list."""
+    names = [b.strip().upper() for b in bits.split(",") if b.strip()]
+    require(bool(names), f"tap costs need a bit width such as W8A8, got {bits!r}")
+    try:
+        for name in names:
+            parse_bits(name)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return names
 
 
 _FAMILY_DEFAULTS = {  # BERT's and OPT's recipes (the paper's section 5 / appendix C and code)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grokbench.quant.config import QuantConfig, parse_bits
+from grokbench.quant.config import QuantConfig, parse_bit_list, parse_bits
 from grokbench.quant.train import train_batches
 from grokbench.store import Store
 from tasks.quant import (
@@ -279,7 +279,7 @@ def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, store: Store) -> di
     start = time.perf_counter()
     runner, val = _runner_and_batches(cfg, corpus)
     fields, arrays = _fp_statistics(runner, params, val)
-    bit_configs = [b.strip().upper() for b in cfg.bits.split(",")]
+    bit_configs = parse_bit_list(cfg.bits)  # QuantConfig checked every entry
     weights: dict[tuple[int, str], dict] = {}
     ranges: dict[tuple, tuple[dict, dict]] = {}
     for name in bit_configs:

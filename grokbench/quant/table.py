@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grokbench.config import ConfigError, parse_value, require, split_override
-from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig, parse_bits
+from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig, parse_bit_list
 from grokbench.quant.evaluate import evaluate, tap_costs
 from grokbench.quant.train import train
 from grokbench.store import Store, atomic_write_bytes, atomic_write_json
@@ -32,7 +32,6 @@ __all__ = [
     "QUICK",
     "format_markdown",
     "format_tap_costs",
-    "parse_bit_list",
     "parse_quant_overrides",
     "quant_configs",
     "run_ablations",
@@ -230,18 +229,6 @@ def run_quant(
         atomic_write_json(out / "quant_table.json", table)
         atomic_write_bytes(out / "quant_table.md", format_markdown(table).encode())
     return table
-
-
-def parse_bit_list(bits: str) -> list[str]:
-    """'W8A8,w6a6' -> ['W8A8', 'W6A6'], or `ConfigError` (one line) for a bad or empty list."""
-    names = [b.strip().upper() for b in bits.split(",") if b.strip()]
-    require(bool(names), f"tap costs need a bit width such as W8A8, got {bits!r}")
-    try:
-        for name in names:
-            parse_bits(name)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    return names
 
 
 def run_tap_costs(
