@@ -446,6 +446,10 @@ def _audit(args: argparse.Namespace) -> int:
         try:
             rows.append(audit.audit(fn, kind, name, max_ulps=args.max_ulps, quick=args.quick))
         except SignatureError as err:
+            from grokbench.runtime import FLOAT16_UNSUPPORTED, is_float16_link_error
+
+            if is_float16_link_error(err):
+                raise _Fail(f"{FLOAT16_UNSUPPORTED} (--dtypes {name})") from None
             raise _Fail(f"{err} (is --kind {kind} right?)") from None
         print(f"\n{audit.format_dtype(rows[-1])}", flush=True)
     failures = [line for row in rows for line in row.result.failures]
@@ -758,6 +762,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except Exception as err:  # XLA runtime errors have no stable class across jax versions
+        from grokbench.runtime import FLOAT16_UNSUPPORTED, is_float16_link_error
+
+        if not is_float16_link_error(err):
+            raise
+        print(f"{prog}: error: {FLOAT16_UNSUPPORTED}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -267,13 +267,7 @@ def prepare(
     n_runs = len(configs)
     n_evals = cfg.steps // cfg.eval_every
     n_blocks = chunk_evals(n_evals, chunk_steps, cfg.eval_every)
-    if shard:
-        configs = _pad(configs, jax.local_device_count())
-    data = load_batch_data(configs)
-    hyper = stack_hyper(configs)
-    seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
-    if shard:
-        (seeds, hyper), data = shard_batch((seeds, hyper), data, data_axis(cfg))
+    seeds, hyper, data = _inputs(configs, shard)
     init, run_chunk = _compiled(static_config(cfg), fast)
     state = init(seeds, hyper)
     if shard:
@@ -282,6 +276,35 @@ def prepare(
         # recompile the whole program, single-threaded, a second time.
         state, _ = shard_runs(state)
     return Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
+
+
+def _inputs(configs: Sequence[RunConfig], shard: bool) -> tuple[jax.Array, Hyper, Data]:
+    """(seeds, hyper, data) of a batch as its programs take them: padded and sharded when
+    `shard`."""
+    cfg = configs[0]
+    if shard:
+        configs = _pad(configs, jax.local_device_count())
+    data = load_batch_data(configs)
+    hyper = stack_hyper(configs)
+    seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
+    if shard:
+        (seeds, hyper), data = shard_batch((seeds, hyper), data, data_axis(cfg))
+    return seeds, hyper, data
+
+
+def program_text(
+    configs: Sequence[RunConfig], chunk_steps: int = 1000, fast: bool = True, shard: bool = True
+) -> str:
+    """The StableHLO of the programs that train `configs` (init, then one chunk), as jax
+    lowers them before XLA compiles them for this CPU: the same text on every machine, so a
+    change of the computation shows in it wherever it runs (the golden tests hash it)."""
+    cfg = check_batch(configs)
+    with precision_scope(cfg.precision):
+        batch = prepare(configs, chunk_steps, fast, shard)
+        seeds, hyper, _ = _inputs(configs, shard)
+        init, _ = _compiled(static_config(cfg), fast)
+        chunk = batch.run_chunk.lower(batch.state, batch.hyper, batch.data, batch.n_blocks)
+        return init.lower(seeds, hyper).as_text() + "\n" + chunk.as_text()
 
 
 def _pad(configs: Sequence[RunConfig], n_devices: int) -> list[RunConfig]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import pathlib
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -123,13 +124,8 @@ def load_params(store: Store, cfg: QuantConfig) -> tuple[dict, dict] | None:
     return {name: jnp.asarray(w) for name, w in arrays["params"].items()}, summary
 
 
-def train(
-    cfg: QuantConfig, corpus: Corpus, store: Store, progress: bool = True
-) -> tuple[dict, dict]:
-    """Train `cfg` (or load it from the store): (params, summary)."""
-    cached = load_params(store, cfg)
-    if cached is not None:
-        return cached
+def _setup(cfg: QuantConfig, corpus: Corpus) -> tuple[dict, Callable, Callable, dict]:
+    """(initial params, init_opt, chunk, hyperparameters) of `cfg`'s training run."""
     model = cfg.model_config(corpus.vocab_size)
     params = quant_model_init(jax.random.key(cfg.seed), model, cfg.resolved("pi_init"))
     mask = decay_mask(params, cfg.resolved("ln_weight_decay"))
@@ -145,6 +141,36 @@ def train(
         "gamma": jnp.float32(cfg.resolved("gamma")),
         "zeta": jnp.float32(cfg.resolved("zeta")),
     }
+    return params, init_opt, chunk, hp
+
+
+def program_text(cfg: QuantConfig, corpus: Corpus) -> str:
+    """The StableHLO of `cfg`'s training (parameter init, optimizer init, one chunk) as jax
+    lowers it before XLA compiles it for this CPU: the same text on every machine, so a change
+    of the computation shows in it wherever it runs (the golden tests hash it)."""
+    model = cfg.model_config(corpus.vocab_size)
+    init = jax.jit(lambda key: quant_model_init(key, model, cfg.resolved("pi_init")))
+    params, init_opt, chunk, hp = _setup(cfg, corpus)
+    opt_state = jax.eval_shape(init_opt, params, hp)
+    rng = np.random.default_rng([cfg.seed, 1])
+    batches = stack_batches(train_batches(cfg, corpus, rng, min(_CHUNK, cfg.steps)))
+    return "\n".join(
+        (
+            init.lower(jax.random.key(cfg.seed)).as_text(),
+            init_opt.lower(params, hp).as_text(),
+            chunk.lower(params, opt_state, batches, hp).as_text(),
+        )
+    )
+
+
+def train(
+    cfg: QuantConfig, corpus: Corpus, store: Store, progress: bool = True
+) -> tuple[dict, dict]:
+    """Train `cfg` (or load it from the store): (params, summary)."""
+    cached = load_params(store, cfg)
+    if cached is not None:
+        return cached
+    params, init_opt, chunk, hp = _setup(cfg, corpus)
     opt_state = init_opt(params, hp)
     rng = np.random.default_rng([cfg.seed, 1])  # data order: fixed per seed, apart from init
     losses: list[np.ndarray] = []

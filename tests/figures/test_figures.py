@@ -25,7 +25,7 @@ from figures import (
 )
 from figures._common import Context, Run
 from figures.claims import Evidence
-from grokbench import cli, engine, metrics, recipes
+from grokbench import cli, engine, metrics, recipes, runtime
 from grokbench.config import RunConfig
 from grokbench.precision import get_precision
 from grokbench.store import Store
@@ -170,10 +170,22 @@ def test_report_shows_each_figure_above_its_claims(tmp_path):
     assert "fig9.png" not in md
 
 
+# The rows whose verdict needs XLA to target fused multiply-add (`runtime.has_fma`): without
+# it (measured at --xla_cpu_max_isa=SSE4_2 and AVX) the standard soft-target CE's two
+# softmaxes round alike, and these two rows fail; each then says so in its note.
+NEEDS_FMA = {
+    "standard soft-target CE's error plateaus at a non-zero floor (fp64)",
+    "Sec. 3 worked example, standard (grad, fp32)",
+}
+
+
 def test_analytic_claims_hold():
     ev = Evidence(scale="quick")
     rows = fig1.claims(ev) + fig3.claims(ev)
     tested = [r for r in rows if r.status != "not tested"]
+    if not runtime.has_fma():
+        assert all("without fused multiply-add" in r.note for r in tested if r.claim in NEEDS_FMA)
+        tested = [r for r in tested if r.claim not in NEEDS_FMA]
     assert tested and all(r.status == "holds" for r in tested), [
         (r.claim, r.ours) for r in tested if r.status != "holds"
     ]

@@ -94,6 +94,7 @@ def test_sweep_directory_layout_and_table(reference, capsys):
         assert (reference / row.run_dir / "metrics.npz").is_file()
 
 
+@pytest.mark.bitwise
 def test_resume_after_sigkill_matches_uninterrupted(reference, tmp_path):
     out = tmp_path / "killed"
     proc = _subprocess(_sweep_argv(out))
