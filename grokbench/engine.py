@@ -50,6 +50,7 @@ __all__ = [
     "load_batch_data",
     "load_data",
     "prepare",
+    "program_text",
     "shard_batch",
     "shard_runs",
     "stack_hyper",

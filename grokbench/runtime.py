@@ -38,6 +38,7 @@ FLOAT16_UNSUPPORTED = (
     "without F16C) jaxlib links no half-precision conversions; use bf16, fp32 or fp64, or "
     "a higher instruction-set level"
 )
+"""The one-line error the CLI prints where float16 cannot be compiled (`float16_compiles`)."""
 
 # XLA CPU's `--xla_cpu_max_isa` levels, lowest first, with the /proc/cpuinfo flags each
 # needs (x86-64, then arm64). A level is the host's when it and every level below it are.
@@ -175,11 +176,15 @@ def is_float16_link_error(err: BaseException) -> bool:
     return "Failed to materialize symbols" in str(err) and not float16_compiles()
 
 
-@functools.cache
 def float16_compiles() -> bool:
     """Whether this XLA CPU target runs a float16 program: jaxlib 0.10.2 at
     --xla_cpu_max_isa=SSE4_2 fails to link the half-precision conversions (INTERNAL:
-    Failed to materialize symbols ... __extendhfsf2, __truncsfhf2)."""
+    Failed to materialize symbols ... __extendhfsf2, __truncsfhf2). Probed once."""
+    return _float16_compiles()
+
+
+@functools.cache
+def _float16_compiles() -> bool:
     try:
         jax.block_until_ready(jax.jit(jnp.exp)(jnp.ones(2, jnp.float16)))
     except Exception as err:  # XlaRuntimeError, whose class has moved between jax versions

@@ -36,7 +36,7 @@ from tasks.quant import (
     stack_batches,
 )
 
-__all__ = ["load_params", "train", "train_batches"]
+__all__ = ["load_params", "program_text", "train", "train_batches"]
 
 _CHUNK = 100  # steps per compiled call: progress updates every few seconds, compile once
 

@@ -24,6 +24,7 @@ NAMES = (
     "quant.table",
     "quant.train",
     "recipes",
+    "runtime",
     "slingshot",
     "store",
     "sweep",
