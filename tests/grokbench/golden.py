@@ -14,6 +14,7 @@ other to the relative tolerance stated in the file, with its reason. `tests/test
 checks all three; this module records them:
 
     python -m tests.grokbench.record_golden            # check this machine against golden.json
+    python -m tests.grokbench.record_golden --as-unrecorded   # ... as an unrecorded machine
     python -m tests.grokbench.record_golden --record   # record this fingerprint's values
     python -m tests.grokbench.record_golden --record --isa native,AVX,SSE4_2  # several levels
 
@@ -256,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         "--isa",
         help="comma-separated --xla_cpu_max_isa levels (or 'native') to record in subprocesses",
     )
+    parser.add_argument(
+        "--as-unrecorded",
+        action="store_true",
+        help="check as a machine golden.json does not record would: values to the tolerance",
+    )
     args = parser.parse_args(argv)
     if args.isa:
         for level in args.isa.split(","):
@@ -273,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         RECORD.write_text(json.dumps(_record_here(record), indent=1) + "\n", encoding="utf-8")
         print(f"recorded {runtime.fingerprint_id()} ({runtime.isa_level()}) in {RECORD}")
         return 0
-    failures = [m for name, case in CASES.items() for m in mismatches(name, case(), record)]
+    fingerprint = "an-unrecorded-machine" if args.as_unrecorded else None
+    failures = [
+        m for name, case in CASES.items() for m in mismatches(name, case(), record, fingerprint)
+    ]
     print("\n".join(failures) or f"golden: all {len(CASES)} cases agree")
     return 1 if failures else 0
