@@ -316,8 +316,9 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
 
     Example:
       >>> import jax.numpy as jnp
-      >>> log_softmax(jnp.array([9.0, -9.0, -9.0]))  # jax.nn gives 0.0 first
-      Array([-3.0459958e-08, -1.8000000e+01, -1.8000000e+01], dtype=float32)
+      >>> # jax.nn gives 0.0 first
+      >>> log_softmax(jnp.array([9.0, -9.0, -9.0]))  # doctest: +NUMBER
+      Array([-3.04600e-08, -1.8000000e+01, -1.8000000e+01], dtype=float32)
 
     Edge cases: -inf entries get -inf; a +inf entry gets 0 and the others -inf (n
     +inf entries get -log n each); NaN anywhere in a row makes the whole row NaN; a
@@ -357,8 +358,8 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> jax.grad(lambda z: softmax(z)[0])(jnp.array([9.0, -9.0, -9.0]))
-      Array([ 3.0459955e-08, -1.5229977e-08, -1.5229977e-08], dtype=float32)
+      >>> jax.grad(lambda z: softmax(z)[0])(jnp.array([9.0, -9.0, -9.0]))  # doctest: +NUMBER
+      Array([ 3.04600e-08, -1.52300e-08, -1.52300e-08], dtype=float32)
 
     Edge cases as `log_softmax`: masked entries and fully masked rows give 0,
     NaN propagates to the whole row, n +inf entries get 1/n each, an empty class
