@@ -86,24 +86,30 @@ def soft_target_cross_entropy(
     teacher_logits: ArrayLike,
     axis: Axis = -1,
     temperature: ArrayLike = 1.0,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
     """optax's soft-target cross-entropy with p = softmax(z_T / T): -sum p log_softmax(z_S / T).
 
     Its gradient q - p subtracts two separately rounded probabilities, and the
     forward softmax and backward log-softmax differ, so it is not zero at
-    z_S = z_T (Softmax Cancellation): about 1e-3 in bf16, 1e-8 in fp32.
+    z_S = z_T (Softmax Cancellation): about 1e-3 in bf16, 1e-8 in fp32. With
+    `where`, `optax.softmax_cross_entropy(z_S, jax.nn.softmax(z_T, where=where),
+    where=where)`.
 
     Args:
       student_logits: floating-point logits, class axis at `axis`.
       teacher_logits: floating-point logits of the same shape and dtype.
       axis: the class axis.
       temperature: T > 0; both logit arrays are divided by it.
+      where: optional boolean mask, of the logits' rank (entries) or without the
+        class axes (examples), as in `numerics.cross_entropy`.
 
     Returns:
       Per-example losses: the shape of the logits without `axis`, their dtype.
     """
-    student, teacher = _checks.check_student_teacher(
-        student_logits, teacher_logits, axis, temperature
+    student, teacher, mask = _checks.check_student_teacher(
+        student_logits, teacher_logits, axis, temperature, where
     )
-    targets = jax.nn.softmax(teacher, axis=-1)
-    return -(targets * jax.nn.log_softmax(student, axis=-1)).sum(-1)
+    targets = jax.nn.softmax(teacher, axis=-1, where=mask)
+    log_q = jax.nn.log_softmax(student, axis=-1, where=mask)
+    return -(targets * log_q).sum(-1, where=mask)
