@@ -295,9 +295,9 @@ def test_soft_target_where_masks_entries_and_rows_as_optax():
 def test_soft_target_where_keeps_the_exact_zero_at_the_teacher(dtype):
     z = jnp.asarray(Z, dtype)
     for where in (jnp.array([[True, False, True, True], [False] * 4]), jnp.array([False, True])):
-        grad = jax.grad(
-            lambda s, w=where: numerics.soft_target_cross_entropy(s, z, where=w).sum()
-        )(z)
+        grad = jax.grad(lambda s, w=where: numerics.soft_target_cross_entropy(s, z, where=w).sum())(
+            z
+        )
         assert np.all(np.asarray(grad, np.float64) == 0)
     with pytest.raises(ValueError, match="where"):
         numerics.soft_target_cross_entropy(z, z, where=jnp.ones(4, bool)[None, None])
