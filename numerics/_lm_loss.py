@@ -134,9 +134,10 @@ def chunk_stats(z: jax.Array, local_t: jax.Array, kept, opts: LossOptions) -> Ch
         count = jnp.sum(kept, axis=-1).astype(z.dtype)
     if opts.label_smoothing:
         # Each z_max - z_j >= 0 is exact where z_j is within a factor 2 of z_max, and a
-        # sum of non-negative terms never cancels.
-        gap = z_max - masked
-        gaps = jnp.sum(jnp.where(jnp.isfinite(gap), gap, zero), axis=-1)
+        # sum of non-negative terms never cancels. Entries masked out by `kept` are left
+        # out; a -inf logit that is kept has -log q = inf, and so has the smoothed loss.
+        gap = z_max - z
+        gaps = jnp.sum(gap if kept is None else jnp.where(kept, gap, zero), axis=-1)
     else:
         gaps = jnp.zeros(local_t.shape, z.dtype)
     return ChunkStats(z_max[:, 0], s_others, z_t, gaps, count)

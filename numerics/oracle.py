@@ -159,8 +159,9 @@ def _cross_entropy_mp(raw: list, t: int, z_loss, soft_cap, label_smoothing):
     if z_loss or label_smoothing:
         w, alpha = _mp(z_loss), _mp(label_smoothing)
         lse = z_t + loss
-        smooth = mpmath.fsum(lse - v for v in z) / k
-        loss = (1 - alpha) * loss + alpha * smooth + w * lse**2
+        if label_smoothing:  # a -inf logit has -log q = inf: so is the smoothed loss
+            loss = (1 - alpha) * loss + alpha * mpmath.fsum(lse - v for v in z) / k
+        loss = loss + w * lse**2
         # dL/dz_j = (1 + 2 w lse) q_j - (1 - alpha) [j = t] - alpha / k, with the target's
         # q_t - 1 kept as -S / (1 + S).
         q_t = 1 / denom
