@@ -47,18 +47,18 @@ from numerics._testing import CheckResult as CheckResult
 from numerics._testing import SignatureError as SignatureError
 
 __all__ = [
+    "CAP_ULPS",
     "CHECKS",
     "DTYPES",
     "KINDS",
+    "LINEAR_MAX_K",
+    "OPTIONS",
+    "OPTION_ULPS",
     "ULPS",
     "CheckResult",
     "SignatureError",
     "as_dtype",
     "assert_ulp_close",
-    "CAP_ULPS",
-    "LINEAR_MAX_K",
-    "OPTIONS",
-    "OPTION_ULPS",
     "check_cross_entropy",
     "check_linear_cross_entropy",
     "check_log_softmax",
