@@ -151,10 +151,10 @@ def combine(stats: ChunkStats) -> ChunkStats:
     one rounding of an exp and a product per chunk; here each term carries one. The
     gap sums shift exactly as sum (M - z_j) = sum (m_c - z_j) + n_c (M - m_c), all >= 0.
     """
-    z_max = jnp.max(stats.z_max, axis=0)
+    z_max = jnp.max(stats.z_max, axis=0, keepdims=True)
     scale = jnp.exp(stats.z_max - z_max)
     return ChunkStats(
-        z_max,
+        z_max[0],
         jnp.sum(stats.s_others * scale, axis=0),
         jnp.max(stats.z_t, axis=0),  # -inf in every chunk but the target's
         jnp.sum(stats.gaps + stats.count * (z_max - stats.z_max), axis=0),
