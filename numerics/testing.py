@@ -69,6 +69,7 @@ __all__ = [
     "labelled_logits",
     "logits",
     "masked_logits",
+    "option_conditioning",
     "student_teacher",
 ]
 
@@ -224,10 +225,19 @@ inherits the rounding of u = z / c times its conditioning 2 |u|, and XLA's cosh 
 to 3 |u| + 2 in all): the `3 |z / c| + 2` of `OPTION_ULPS`."""
 
 
-def _option_terms(z: np.ndarray, labels: np.ndarray, options: dict):
-    """The extra conditioning of the values under a cap (rows,) and of the gradients
-    (rows, K), and per entry the scale (the largest term) each gradient entry is formed
-    from (rows, K); float64."""
+def option_conditioning(z: np.ndarray, labels: np.ndarray, **options):
+    """For logits z (rows, K) and labels, with the options of `numerics.cross_entropy`:
+    the ulps added to the value bound (rows,) and to the gradient bound (rows, K) under a
+    cap (`CAP_ULPS`), and the scale (the largest term) each gradient entry is formed from
+    (rows, K), in whose ulps option gradients are measured; all float64.
+
+    Example:
+      >>> import numpy as np
+      >>> value, grad, scale = option_conditioning(np.array([[20.0, 0.0]]), np.array([0]),
+      ...                                          z_loss=1e-4)
+      >>> float(value[0]), bool(scale[0, 0] > 0.004)  # 2 w lse q_t = 0.004 dominates
+      (0.0, True)
+    """
     z64 = z.astype(np.float64)
     cap = options.get("soft_cap")
     w, alpha = options.get("z_loss", 0.0), options.get("label_smoothing", 0.0)
@@ -354,7 +364,7 @@ def check_cross_entropy(
         scale) for the options; zeros and None without options."""
         if not options:
             return 0.0, 0.0, None, None
-        conditioning, grad_conditioning, scale = _option_terms(z, labels, options)
+        conditioning, grad_conditioning, scale = option_conditioning(z, labels, **options)
         err = _scaled_error(grad, exact_grad, scale, dtype)
         return conditioning, grad_conditioning, err, scale
 
