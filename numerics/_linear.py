@@ -33,17 +33,25 @@ N = 4,096 rows, against 2 GiB for V = 128k materialized."""
 _REDUCTIONS = ("none", "sum", "mean")
 
 
+def _dot(a, b):
+    """a @ b accumulated in the compute dtype, at HIGHEST precision.
+
+    bf16 and fp16 products accumulate in float32 (`preferred_element_type`), and float32
+    runs at HIGHEST, so no backend drops to bf16 or TF32 passes behind the caller's back.
+    On XLA's CPU backend, which has no fast 16-bit matmul, 16-bit operands are converted
+    to float32 first: exact (every 16-bit value is a float32 and so is every product of
+    two), so the result is the same accumulation, and faster there
+    (benchmarks/bench_linear_cross_entropy.py).
+    """
+    ctype = compute_dtype(a.dtype)
+    if a.dtype != ctype and jax.default_backend() == "cpu":
+        a, b = a.astype(ctype), b.astype(ctype)
+    return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=ctype)
+
+
 def _logits(hidden_NxD, weight_DxC):
-    """One chunk's logits in the compute dtype: bf16 and fp16 products accumulate in
-    float32 (`preferred_element_type`), and float32 runs at HIGHEST precision, so no
-    backend drops to bf16 or TF32 passes behind the caller's back."""
-    ctype = compute_dtype(hidden_NxD.dtype)
-    return jnp.dot(
-        hidden_NxD,
-        weight_DxC,
-        precision=jax.lax.Precision.HIGHEST,
-        preferred_element_type=ctype,
-    )
+    """One chunk's logits in the compute dtype (`_dot`)."""
+    return _dot(hidden_NxD, weight_DxC)
 
 
 def _chunks(num_classes: int, chunk: int) -> tuple[int, int]:
@@ -102,13 +110,7 @@ def _linear_bwd(opts, chunk, residuals, cotangent):
         # g rounds once to the inputs' dtype, as the materialized loss's gradient does;
         # both products accumulate in the compute dtype.
         g = (g * scale).astype(hidden.dtype)
-        d_hidden = jnp.dot(
-            g, w_chunk.T, precision=jax.lax.Precision.HIGHEST, preferred_element_type=ctype
-        )
-        d_weight = jnp.dot(
-            hidden.T, g, precision=jax.lax.Precision.HIGHEST, preferred_element_type=ctype
-        )
-        return d_hidden, d_weight.astype(weight.dtype)
+        return _dot(g, w_chunk.T), _dot(hidden.T, g).astype(weight.dtype)
 
     def step(carry, i):
         d_hidden, d_weight = carry
