@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
 import os
 import statistics
@@ -16,9 +17,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from numerics import testing
+from numerics import standard, testing
 
-__all__ = ["SPEED_SHAPE", "AuditRow", "audit", "format_dtype", "infer_kind", "load", "reference"]
+__all__ = [
+    "LINEAR_SPEED_D",
+    "SPEED_SHAPE",
+    "AuditRow",
+    "audit",
+    "format_dtype",
+    "infer_kind",
+    "load",
+    "reference",
+]
 
 SPEED_SHAPE = (512, 8192)
 """(rows, K) of the logits the speed comparison times value and gradient on."""
@@ -67,8 +77,17 @@ def load(spec: str) -> Callable:
 
 
 def infer_kind(spec: str) -> str:
-    """The kind a function's name suggests: log_softmax, softmax, soft-target, else ce."""
+    """The kind a function's name suggests: log_softmax, softmax, soft-target, linear-ce,
+    z-loss, soft-cap, label-smoothing, else ce."""
     name = spec.rpartition(":")[2].lower()
+    for words, kind in (
+        (("linear",), "linear-ce"),
+        (("z_loss", "zloss"), "z-loss"),
+        (("soft_cap", "softcap"), "soft-cap"),
+        (("smooth",), "label-smoothing"),
+    ):
+        if any(word in name for word in words):
+            return kind
     if "log_softmax" in name:
         return "log_softmax"
     if "soft_target" in name or "distill" in name:
@@ -83,27 +102,53 @@ def _soft_labels(student, teacher):
     return optax.softmax_cross_entropy(student, jax.nn.softmax(teacher))
 
 
+def _optax_on_logits(hidden, labels, weight):
+    # optax's loss on the materialized logits: what a trainer without a fused kernel runs.
+    return optax.softmax_cross_entropy_with_integer_labels(hidden @ weight, labels)
+
+
 def reference(kind: str) -> tuple[str, Callable]:
-    """(name, function): optax's (or jax.nn's, which optax has none of) function of `kind`."""
+    """(name, function): optax's (or jax.nn's, which optax has none of) function of `kind`;
+    for the options, which optax lacks, `numerics.standard.cross_entropy` with the option
+    (the peers' formula); for linear-ce, optax on the materialized logits."""
+    if kind in testing.OPTIONS:
+        return "standard", functools.partial(standard.cross_entropy, **testing.OPTIONS[kind])
     return {
         "ce": ("optax", optax.softmax_cross_entropy_with_integer_labels),
         "soft-target": ("optax", _soft_labels),
         "log_softmax": ("jax.nn", jax.nn.log_softmax),
         "softmax": ("jax.nn", jax.nn.softmax),
+        "linear-ce": ("optax on hidden @ weight", _optax_on_logits),
     }[kind]
 
 
+LINEAR_SPEED_D = 256
+"""Hidden size of the linear-ce speed comparison: hidden (rows, D), weight (D, K)."""
+
+
 def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 7):
-    """Median ms of value and gradient of `fn` and of `ref` on SPEED_SHAPE, interleaved."""
+    """Median ms of value and gradient of `fn` and of `ref` on SPEED_SHAPE, interleaved
+    (linear-ce: hidden (rows, LINEAR_SPEED_D) and weight (LINEAR_SPEED_D, K), the
+    gradient with respect to hidden)."""
     key_x, key_o = jax.random.split(jax.random.key(0))
     x = (3 * jax.random.normal(key_x, SPEED_SHAPE, jnp.float32)).astype(dtype)
+    labels = jax.random.randint(key_o, SPEED_SHAPE[:1], 0, SPEED_SHAPE[1])
     other = {
-        "ce": jax.random.randint(key_o, SPEED_SHAPE[:1], 0, SPEED_SHAPE[1]),
         "soft-target": x + (0.1 * jax.random.normal(key_o, SPEED_SHAPE)).astype(dtype),
     }.get(kind, jax.random.normal(key_o, SPEED_SHAPE).astype(dtype))  # softmax: a cotangent
+    losses = ("ce", "soft-target", *testing.OPTIONS)
+    if kind in losses:
+        other = labels if kind != "soft-target" else other
+    if kind == "linear-ce":
+        shape = (LINEAR_SPEED_D, SPEED_SHAPE[1])
+        weight = (jax.random.normal(key_o, shape) / LINEAR_SPEED_D**0.5).astype(dtype)
+        x = x[:, :LINEAR_SPEED_D]
+        other = labels
+        fn = functools.partial(_with_weight, fn, weight)
+        ref = functools.partial(_with_weight_last, ref, weight)
 
     def step(f):
-        if kind in ("ce", "soft-target"):
+        if kind in (*losses, "linear-ce"):
             loss = lambda x, o: jnp.sum(f(x, o))  # noqa: E731
         else:
             loss = lambda x, o: jnp.sum(f(x) * o)  # noqa: E731
@@ -121,6 +166,14 @@ def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 
             run()
             out.append(1e3 * (time.perf_counter() - start))
     return statistics.median(times[0]), statistics.median(times[1])
+
+
+def _with_weight(fn, weight, hidden, labels):
+    return fn(hidden, weight, labels)
+
+
+def _with_weight_last(fn, weight, hidden, labels):
+    return fn(hidden, labels, weight)
 
 
 def audit(
@@ -152,10 +205,9 @@ def _margin(value: float | None, cliff: float, never: str) -> str:
 def format_dtype(row: AuditRow) -> str:
     """One dtype's table: errors, cliffs, sums, edge cases, speed and the verdict."""
     r = row.result
-    target = {"ce": "target gradient", "soft-target": "target gradient"}.get(
-        r.kind, f"d {r.kind}[0] / dx0"
-    )
-    value_zero = {"ce": "loss", "log_softmax": "log_softmax[0]"}.get(r.kind)
+    hard_label = ("ce", "linear-ce", *testing.OPTIONS)
+    target = "target gradient" if r.kind in (*hard_label, "soft-target") else f"d {r.kind}[0] / dx0"
+    value_zero = "loss" if r.kind in hard_label else {"log_softmax": "log_softmax[0]"}.get(r.kind)
     lines = [
         ("value error", f"{r.value_ulps:.3g} ulps (bound {r.value_bound:.3g}) at {r.value_at}"),
         ("gradient error", f"{r.grad_ulps:.3g} ulps (bound {r.grad_bound:.3g}) at {r.grad_at}"),

@@ -468,6 +468,10 @@ _KIND_CALLS = {
     "softmax": "fn(x) -> probabilities",
     "log_softmax": "fn(x) -> log-probabilities",
     "soft-target": "fn(student_logits, teacher_logits) -> per-row losses",
+    "z-loss": "fn(logits, labels) -> per-row losses + 1e-4 logsumexp^2",
+    "soft-cap": "fn(logits, labels) -> per-row losses of 30 tanh(logits / 30)",
+    "label-smoothing": "fn(logits, labels) -> per-row losses, label smoothing 0.1",
+    "linear-ce": "fn(hidden, weight, labels) -> per-row losses of hidden @ weight",
 }
 
 

@@ -25,6 +25,7 @@ from numerics._cliffs import first_zero as first_zero
 from numerics._cliffs import precision_cliff as precision_cliff
 from numerics._cross_entropy import cross_entropy as cross_entropy
 from numerics._cross_entropy import logit_margin as logit_margin
+from numerics._linear import linear_cross_entropy as linear_cross_entropy
 from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
 from numerics._softmax import log_softmax as log_softmax
 from numerics._softmax import softmax as softmax
@@ -35,6 +36,7 @@ __all__ = [
     "cross_entropy",
     "equilibrium_margin",
     "first_zero",
+    "linear_cross_entropy",
     "log_softmax",
     "logit_margin",
     "oracle",

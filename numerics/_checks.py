@@ -59,8 +59,10 @@ def check_int(x: ArrayLike, name: str) -> jax.Array:
 
 
 def check_axis(x: jax.Array, axis: Axis, name: str) -> tuple[int, ...]:
-    """Normalise `axis` (an int, a tuple of ints, or None for all) to sorted non-negative axes.
+    """Normalise `axis` (an int, a tuple of ints, or None for all) to non-negative axes.
 
+    The order given is kept: `classes_last` flattens the class axes in that order, so a
+    loss's flat label reads them as optax does (`axis=(3, 2)` makes axis 3 the slow one).
     Raises TypeError for any other type of `axis`, ValueError when an axis is out of
     range or repeated.
     """
@@ -74,7 +76,7 @@ def check_axis(x: jax.Array, axis: Axis, name: str) -> tuple[int, ...]:
     for a in axes:
         if not -x.ndim <= a < x.ndim:
             raise ValueError(f"axis {a} is out of range for {name} of shape {x.shape}.")
-    normalised = sorted(int(a) % x.ndim for a in axes)
+    normalised = [int(a) % x.ndim for a in axes]
     if len(set(normalised)) != len(normalised):
         raise ValueError(f"axis {axis} repeats an axis of {name}.")
     return tuple(normalised)
@@ -169,10 +171,15 @@ def check_labels(
 
 
 def check_student_teacher(
-    student: ArrayLike, teacher: ArrayLike, axis: Axis, temperature: ArrayLike
+    student: ArrayLike,
+    teacher: ArrayLike,
+    axis: Axis,
+    temperature: ArrayLike,
+    where: ArrayLike | None = None,
 ):
-    """Check a (student, teacher) logit pair; return both with the class axes flattened last,
-    divided by T."""
+    """Check a (student, teacher) logit pair and its optional `where` (read as
+    `check_loss_mask` reads it); return both with the class axes flattened last, divided
+    by T, and the mask in the same layout (or None)."""
     student = check_float(student, "student_logits")
     teacher = check_float(teacher, "teacher_logits")
     if student.shape != teacher.shape:
@@ -188,10 +195,12 @@ def check_student_teacher(
     axes = check_axis(student, axis, "student_logits")
     if not isinstance(temperature, jax.core.Tracer) and not float(temperature) > 0:
         raise ValueError(f"temperature must be > 0; got {temperature}.")
+    mask = check_loss_mask(where, student.shape, axes)
     student = classes_last(student, axes)
     teacher = classes_last(teacher, axes)
+    mask = None if mask is None else classes_last(mask, axes)
     if not (isinstance(temperature, (int, float)) and temperature == 1):
         # Both sides divided in their own dtype: equal logits stay bit-identical.
         temperature = jnp.asarray(temperature, student.dtype)
         student, teacher = student / temperature, teacher / temperature
-    return student, teacher
+    return student, teacher, mask

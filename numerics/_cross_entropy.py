@@ -8,6 +8,7 @@ from jax.typing import ArrayLike
 
 from numerics import _checks
 from numerics._checks import Axis
+from numerics._lm_loss import check_options, loss_from, options_cross_entropy
 from numerics._softmax import (
     finite_row_max,
     logsumexp_or_neg_inf,
@@ -94,21 +95,6 @@ def _not_target(labels: jax.Array, logits: jax.Array) -> jax.Array:
     return jnp.minimum(gap, jnp.ones((), logits.dtype))
 
 
-def _loss_from(kept_t, shift_t, s_others, s_all) -> jax.Array:
-    # L = log(1 + e^-m). Near the max (z_t - z_max > -1), e^-m = S_others e^(z_max - z_t)
-    # is formed from S_others, which leaves the target out by its index, so log1p never
-    # forms 1 + e^-m and never subtracts the target's own term; at the max e^0 = 1 exactly.
-    # This also holds where z_t and z_max disagree by rounding: XLA may recompute a fused
-    # producer of the logits separately for the gather and for the max, with a
-    # multiply-add contracted in one copy and not the other, so the gathered z_t can sit
-    # an ulp above the row max; log(S) - (z_t - z_max) then gave losses of about
-    # -ulp(z) where the true loss was 1e-20. Far below the max, L = log(S) - (z_t - z_max)
-    # adds two non-negative terms (S >= 1), with no cancellation; a masked-out target
-    # gives optax's logsumexp(kept) - z_t.
-    near = jnp.log1p(s_others * jnp.exp(-jnp.maximum(shift_t, -1)))
-    return jnp.where(kept_t & (shift_t > -1), near, jnp.log(s_all) - shift_t)
-
-
 def target_kept(labels: jax.Array, mask: jax.Array | None) -> jax.Array:
     """Whether each row's target entry is kept by the mask (keepdims)."""
     if mask is None:
@@ -131,7 +117,7 @@ def _any_kept(mask: jax.Array | None, shape) -> jax.Array:
 def _forward(logits, labels, mask):
     """The loss and the per-row statistics (in the compute dtype) its gradient is built from."""
     z_max, shift_t, kept_t, s_others, s_all, e0 = _normalizers(logits, labels, mask)
-    loss = _loss_from(kept_t, shift_t, s_others, s_all)
+    loss = loss_from(kept_t, shift_t, s_others, s_all)
     valid = valid_rows(logits, labels)[..., None]
     padding = ~_any_kept(mask, logits.shape)
     # Padding rows give loss 0 and gradient 0 whatever their label, as in optax;
@@ -206,7 +192,14 @@ def prepare(logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None 
 
 
 def cross_entropy(
-    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
+    logits: ArrayLike,
+    labels: ArrayLike,
+    axis: Axis = -1,
+    where: ArrayLike | None = None,
+    *,
+    z_loss: float = 0.0,
+    soft_cap: float | None = None,
+    label_smoothing: float = 0.0,
 ) -> jax.Array:
     r"""Cross-entropy with integer labels that survives the precision cliff.
 
@@ -257,6 +250,24 @@ def cross_entropy(
     non-target entry is masked out gives loss 0 and gradient 0. An empty class
     axis has no valid label. Differences from optax: docs/compat.md.
 
+    Options, as the trainers use them (the same semantics as `linear_cross_entropy`;
+    formulas and where each moves the precision cliff: docs/numerics.md). With z the
+    logits after the cap, lse = logsumexp(z) and n the number of kept classes,
+
+        L = (1 - alpha) CE(z, t) + alpha (1/n) sum_j (lse - z_j) + w lse^2,
+
+    z = c tanh(z_raw / c) with `soft_cap` c. Gradient: (1 + 2 w lse) q_j - alpha / n
+    off the target and -S_others / S + 2 w lse q_t + alpha (n - 1) / n at it (never
+    q_t - 1, never a rounded 1 + 2 w lse), times sech^2(z_raw / c) under a cap. With any
+    option set, the sums, the loss and the gradient are computed in float32 (float64
+    for float64 logits) in one pass over the logits, and derivatives beyond the first
+    come from autodiff of the gradient formula.
+
+      >>> z, t = jnp.array([9.0, -9.0, -9.0]), jnp.array(0)
+      >>> w = 1e-4  # T5X's z-loss weight
+      >>> bool(cross_entropy(z, t, z_loss=w) == cross_entropy(z, t) + w * 9.0**2)
+      True
+
     Args:
       logits: floating-point array, class axis (or axes) at `axis`.
       labels: integer class indices, the shape of `logits` without `axis`; with a
@@ -266,13 +277,21 @@ def cross_entropy(
         it masks entries, which are left out of the normaliser; of the rank of
         `labels` (broadcastable to it), it masks whole examples, as in optax.
         Other ranks raise ValueError.
+      z_loss: w >= 0, the weight of lse^2 (T5X's `z_loss`, Liger's `lse_square_scale`).
+      soft_cap: c > 0 or None: the logits become c tanh(z / c) first (Gemma 2's
+        `final_logit_softcapping`, Liger's `softcap`).
+      label_smoothing: alpha in [0, 1): the target distribution (1 - alpha) one-hot +
+        alpha / n (optax's `smooth_labels`, torch's `label_smoothing`).
 
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
+    opts = check_options(z_loss, soft_cap, label_smoothing)
     logits, labels, mask = prepare(logits, labels, axis, where)
     if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
         return jnp.full(labels.shape, jnp.nan, logits.dtype)
+    if not opts.plain:
+        return options_cross_entropy(logits, labels, mask, opts)
     return _cross_entropy(logits, labels, mask)
 
 

@@ -184,6 +184,7 @@ def soft_target_cross_entropy(
     teacher_logits: ArrayLike,
     axis: Axis = -1,
     temperature: ArrayLike = 1.0,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
     r"""Soft-target cross-entropy whose gradient is exactly zero when student == teacher.
 
@@ -223,16 +224,38 @@ def soft_target_cross_entropy(
     Edge cases: classes with -inf teacher logits (p = 0) contribute nothing, even
     where the student logit is -inf too; NaN in a row gives NaN for that row.
 
+    Masks as in optax's `softmax_cross_entropy(z_S, softmax(z_T, where=where),
+    where=where)`: masked entries are left out of both normalisers (p = q = 0 there,
+    gradient 0), and a row masked out entirely (padding) gives loss 0 and gradient 0
+    for student and teacher, where optax's gradient is NaN. The exact zero at
+    student == teacher holds under any mask.
+
     Args:
       student_logits: floating-point logits, class axis at `axis`.
       teacher_logits: floating-point logits of the same shape and dtype.
       axis: the class axis, a tuple of axes normalised over together, or None.
       temperature: T > 0; both logit arrays are divided by it.
+      where: optional boolean mask. Of the rank of the logits it masks entries; of
+        their rank without the class axes it masks whole examples (as
+        `cross_entropy`'s `where`).
 
     Returns:
       Per-example losses: the shape of the logits without `axis`, their dtype.
     """
-    student, teacher = _checks.check_student_teacher(
-        student_logits, teacher_logits, axis, temperature
+    student, teacher, mask = _checks.check_student_teacher(
+        student_logits, teacher_logits, axis, temperature, where
     )
-    return _soft_target(student, teacher)
+    if mask is None:
+        return _soft_target(student, teacher)
+    # Masked entries become -inf in both, which the loss and both gradients already
+    # treat as p = q = 0 (d = 0 there when student == teacher, so the exact zero
+    # stays). A padding row would be 0 / 0: it is computed on zeros instead and its
+    # loss set to 0, and the selects give its logits cotangent and tangent 0.
+    padding = ~jnp.any(mask, axis=-1, keepdims=True)
+    zero = jnp.zeros((), student.dtype)
+
+    def kept(z):
+        return jnp.where(padding, zero, jnp.where(mask, z, -jnp.inf))
+
+    loss = _soft_target(kept(student), kept(teacher))
+    return jnp.where(padding[..., 0], jnp.zeros((), loss.dtype), loss)

@@ -357,11 +357,11 @@ def first_dead(tally, computed, exact, m, single) -> float | None:
     return first_zero(single, float(m[i - 1]), float(m[i]), tally.dtype)
 
 
-def cliff_line(tally, what, at, exact_at) -> None:
+def cliff_line(tally, what, at, exact_at, note: str = "") -> None:
     tally.fail(
         f"{what} is 0",
         f"{what}: exactly 0 from m={at:.8g} (logits [m, 0]; precision cliff "
-        f"{precision_cliff(tally.dtype):.8g}) where the exact value is {exact_at:.4g}",
+        f"{precision_cliff(tally.dtype):.8g}{note}) where the exact value is {exact_at:.4g}",
     )
 
 

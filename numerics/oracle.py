@@ -129,13 +129,26 @@ def log_softmax_vjp(x, cotangent, axis: int = -1, *, exact: bool = False) -> np.
     return _finish(out, shape, axis, exact)
 
 
-def _cross_entropy_row(row: np.ndarray, t: int):
+def _cross_entropy_row(row: np.ndarray, t: int, z_loss=0.0, soft_cap=None, label_smoothing=0.0):
+    """(loss, grad, margin) of one row, with the options of `cross_entropy`."""
     k = len(row)
     if np.isnan(row).any() or not 0 <= t < k:
         return mpmath.mpf("nan"), _nan_row(k), mpmath.mpf("nan")
-    z_t = _mp(row[t])
+    return _cross_entropy_mp([_mp(v) for v in row], t, z_loss, soft_cap, label_smoothing)
+
+
+def _cross_entropy_mp(raw: list, t: int, z_loss, soft_cap, label_smoothing):
+    """`_cross_entropy_row` on finite logits held as mpmath numbers, t in range."""
+    k = len(raw)
+    if soft_cap is None:
+        z, slope = raw, [mpmath.mpf(1)] * k
+    else:
+        c = _mp(soft_cap)
+        z = [c * mpmath.tanh(v / c) for v in raw]
+        slope = [mpmath.sech(v / c) ** 2 for v in raw]
+    z_t = z[t]
     # e^(z_j - z_t), each computed once (the sum and the gradient both read it).
-    exps = [mpmath.exp(_mp(row[j]) - z_t) if j != t else None for j in range(k)]
+    exps = [mpmath.exp(z[j] - z_t) if j != t else None for j in range(k)]
     # S = e^-m = sum_{j != t} e^(z_j - z_t); everything below is a function of S
     # and the differences, with no 1 - q_t.
     total = mpmath.fsum(e for e in exps if e is not None)
@@ -143,6 +156,22 @@ def _cross_entropy_row(row: np.ndarray, t: int):
     denom = 1 + total
     grad = [e / denom if e is not None else -total / denom for e in exps]
     margin = -mpmath.log(total) if total > 0 else mpmath.inf
+    if z_loss or label_smoothing:
+        w, alpha = _mp(z_loss), _mp(label_smoothing)
+        lse = z_t + loss
+        if label_smoothing:  # a -inf logit has -log q = inf: so is the smoothed loss
+            loss = (1 - alpha) * loss + alpha * mpmath.fsum(lse - v for v in z) / k
+        loss = loss + w * lse**2
+        # dL/dz_j = (1 + 2 w lse) q_j - (1 - alpha) [j = t] - alpha / k, with the target's
+        # q_t - 1 kept as -S / (1 + S).
+        q_t = 1 / denom
+        grad = [
+            (g + 2 * w * lse * q_t + alpha * (k - 1) / k)
+            if j == t
+            else (1 + 2 * w * lse) * g - alpha / k
+            for j, g in enumerate(grad)
+        ]
+    grad = [g * s for g, s in zip(grad, slope, strict=True)]
     return loss, grad, margin
 
 
@@ -151,23 +180,78 @@ def _labelled_rows(logits, labels, axis: int):
     return rows, np.asarray(labels).reshape(-1), shape
 
 
-def cross_entropy_value_and_grad(logits, labels, axis: int = -1, *, exact: bool = False):
-    """Reference (loss, d loss / d logits) of integer-label cross-entropy."""
+def cross_entropy_value_and_grad(
+    logits,
+    labels,
+    axis: int = -1,
+    *,
+    exact: bool = False,
+    z_loss: float = 0.0,
+    soft_cap: float | None = None,
+    label_smoothing: float = 0.0,
+):
+    """Reference (loss, d loss / d logits) of integer-label cross-entropy.
+
+    With the options of `numerics.cross_entropy`: z = c tanh(z_raw / c) exactly, and
+    L = (1 - alpha) CE + alpha mean_j (lse - z_j) + w lse^2 over all K classes.
+    """
     rows, labels, shape = _labelled_rows(logits, labels, axis)
+    opts = (z_loss, soft_cap, label_smoothing)
     with mpmath.workprec(PRECISION_BITS):
-        res = [_cross_entropy_row(r, int(t)) for r, t in zip(rows, labels, strict=True)]
+        res = [_cross_entropy_row(r, int(t), *opts) for r, t in zip(rows, labels, strict=True)]
     loss = _finish([r[0] for r in res], shape, None, exact)
     return loss, _finish([r[1] for r in res], shape, axis, exact)
 
 
-def cross_entropy(logits, labels, axis: int = -1, *, exact: bool = False) -> np.ndarray:
-    """Reference cross-entropy: log(1 + sum_{j != t} e^(z_j - z_t))."""
-    return cross_entropy_value_and_grad(logits, labels, axis, exact=exact)[0]
+def cross_entropy(logits, labels, axis: int = -1, *, exact: bool = False, **options) -> np.ndarray:
+    """Reference cross-entropy: log(1 + sum_{j != t} e^(z_j - z_t)); `options` as in
+    `cross_entropy_value_and_grad`."""
+    return cross_entropy_value_and_grad(logits, labels, axis, exact=exact, **options)[0]
 
 
-def cross_entropy_grad(logits, labels, axis: int = -1, *, exact: bool = False) -> np.ndarray:
-    """Reference gradient q - onehot(t) of cross-entropy."""
-    return cross_entropy_value_and_grad(logits, labels, axis, exact=exact)[1]
+def cross_entropy_grad(
+    logits, labels, axis: int = -1, *, exact: bool = False, **options
+) -> np.ndarray:
+    """Reference gradient q - onehot(t) of cross-entropy (with `options`)."""
+    return cross_entropy_value_and_grad(logits, labels, axis, exact=exact, **options)[1]
+
+
+def linear_cross_entropy_value_and_grad(
+    hidden, weight, labels, *, exact: bool = False, **options
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reference (per-row loss, d sum / d hidden, d sum / d weight) of the cross-entropy of
+    hidden @ weight (hidden (N, D), weight (D, V)), with `options` as in
+    `cross_entropy_value_and_grad`. The logits are exact sums of exact products."""
+    h = np.asarray(hidden).astype(np.float64)
+    w = np.asarray(weight).astype(np.float64)
+    labels = np.asarray(labels).reshape(-1)
+    n, d = h.shape
+    v = w.shape[1]
+    opts = (
+        options.get("z_loss", 0.0),
+        options.get("soft_cap"),
+        options.get("label_smoothing", 0.0),
+    )
+    with mpmath.workprec(PRECISION_BITS):
+        hm = [[_mp(x) for x in row] for row in h]
+        wm = [[_mp(x) for x in row] for row in w]
+        losses, grads = [], []
+        for i in range(n):
+            logits = [mpmath.fsum(hm[i][a] * wm[a][j] for a in range(d)) for j in range(v)]
+            # The row is exact at 256 bits; handed over without rounding to float64.
+            loss, grad, _ = _cross_entropy_mp(logits, int(labels[i]), *opts)
+            losses.append(loss)
+            grads.append(grad)
+        d_hidden = [
+            [mpmath.fsum(grads[i][j] * wm[a][j] for j in range(v)) for a in range(d)]
+            for i in range(n)
+        ]
+        d_weight = [
+            [mpmath.fsum(hm[i][a] * grads[i][j] for i in range(n)) for j in range(v)]
+            for a in range(d)
+        ]
+    out = [np.array(x, dtype=object) for x in (losses, d_hidden, d_weight)]
+    return tuple(o if exact else o.astype(np.float64) for o in out)
 
 
 def logit_margin(logits, labels, axis: int = -1, *, exact: bool = False) -> np.ndarray:

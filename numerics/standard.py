@@ -18,6 +18,7 @@ from jax.typing import ArrayLike
 from numerics import _checks
 from numerics._checks import Axis
 from numerics._cross_entropy import prepare
+from numerics._lm_loss import check_options
 
 
 def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
@@ -55,27 +56,58 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
 
 
 def cross_entropy(
-    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
+    logits: ArrayLike,
+    labels: ArrayLike,
+    axis: Axis = -1,
+    where: ArrayLike | None = None,
+    *,
+    z_loss: float = 0.0,
+    soft_cap: float | None = None,
+    label_smoothing: float = 0.0,
 ) -> jax.Array:
-    """optax's integer-label cross-entropy: logsumexp(z) - z_t.
+    """optax's integer-label cross-entropy: logsumexp(z) - z_t, and the options as peers add them.
 
     Past `precision_cliff(dtype)` both the loss and the target gradient
     q_t - 1 round to exactly 0 while the non-target gradients stay positive
     (Softmax Collapse), so the gradients no longer sum to zero.
+
+    The options, in the logits' dtype, the way trainers write them: `soft_cap` first,
+    z = c * tanh(z / c) (Gemma 2); `label_smoothing` as
+    `optax.softmax_cross_entropy(z, optax.smooth_labels(one_hot(t), alpha))` (alpha / K
+    on each of the K classes, masked ones included); `z_loss` adds
+    w * logsumexp(z)^2 (T5X), whose autodiff gradient is (1 + 2 w lse) softmax -
+    onehot, with the factor 1 + 2 w lse rounded in the dtype. Without options it is
+    optax's function bit for bit.
 
     Args:
       logits: floating-point logits, class axis at `axis`.
       labels: integer class indices, the shape of `logits` without `axis`.
       axis: the class axis.
       where: optional boolean mask broadcastable to `logits`.
+      z_loss: weight w >= 0 of logsumexp^2.
+      soft_cap: c > 0 or None.
+      label_smoothing: alpha in [0, 1).
 
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
+    opts = check_options(z_loss, soft_cap, label_smoothing)
     logits, labels, mask = prepare(logits, labels, axis, where)
-    label_logits = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    if opts.soft_cap is not None:
+        c = jnp.asarray(opts.soft_cap, logits.dtype)
+        logits = c * jnp.tanh(logits / c)
     log_normalizers = jax.nn.logsumexp(logits, axis=-1, where=mask)
-    out = log_normalizers - label_logits
+    if opts.label_smoothing:
+        k = logits.shape[-1]
+        alpha = jnp.asarray(opts.label_smoothing, logits.dtype)
+        targets = jax.nn.one_hot(labels, k, dtype=logits.dtype) * (1 - alpha) + alpha / k
+        log_q = jax.nn.log_softmax(logits, axis=-1, where=mask)
+        out = -(targets * log_q).sum(-1, where=mask)
+    else:
+        label_logits = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+        out = log_normalizers - label_logits
+    if opts.z_loss:
+        out = out + jnp.asarray(opts.z_loss, logits.dtype) * log_normalizers**2
     if mask is not None:
         out = jnp.where(jnp.any(mask, axis=-1), out, jnp.zeros((), out.dtype))
     return out
@@ -86,24 +118,30 @@ def soft_target_cross_entropy(
     teacher_logits: ArrayLike,
     axis: Axis = -1,
     temperature: ArrayLike = 1.0,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
     """optax's soft-target cross-entropy with p = softmax(z_T / T): -sum p log_softmax(z_S / T).
 
     Its gradient q - p subtracts two separately rounded probabilities, and the
     forward softmax and backward log-softmax differ, so it is not zero at
-    z_S = z_T (Softmax Cancellation): about 1e-3 in bf16, 1e-8 in fp32.
+    z_S = z_T (Softmax Cancellation): about 1e-3 in bf16, 1e-8 in fp32. With
+    `where`, `optax.softmax_cross_entropy(z_S, jax.nn.softmax(z_T, where=where),
+    where=where)`.
 
     Args:
       student_logits: floating-point logits, class axis at `axis`.
       teacher_logits: floating-point logits of the same shape and dtype.
       axis: the class axis.
       temperature: T > 0; both logit arrays are divided by it.
+      where: optional boolean mask, of the logits' rank (entries) or without the
+        class axes (examples), as in `numerics.cross_entropy`.
 
     Returns:
       Per-example losses: the shape of the logits without `axis`, their dtype.
     """
-    student, teacher = _checks.check_student_teacher(
-        student_logits, teacher_logits, axis, temperature
+    student, teacher, mask = _checks.check_student_teacher(
+        student_logits, teacher_logits, axis, temperature, where
     )
-    targets = jax.nn.softmax(teacher, axis=-1)
-    return -(targets * jax.nn.log_softmax(student, axis=-1)).sum(-1)
+    targets = jax.nn.softmax(teacher, axis=-1, where=mask)
+    log_q = jax.nn.log_softmax(student, axis=-1, where=mask)
+    return -(targets * log_q).sum(-1, where=mask)

@@ -32,34 +32,44 @@ In a test file:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
 from numerics import _testing, oracle
+from numerics._cliffs import precision_cliff
 from numerics._testing import CheckResult as CheckResult
 from numerics._testing import SignatureError as SignatureError
 
 __all__ = [
+    "CAP_ULPS",
     "CHECKS",
     "DTYPES",
     "KINDS",
+    "LINEAR_MAX_K",
+    "OPTIONS",
+    "OPTION_ULPS",
     "ULPS",
     "CheckResult",
     "SignatureError",
     "as_dtype",
     "assert_ulp_close",
     "check_cross_entropy",
+    "check_linear_cross_entropy",
     "check_log_softmax",
+    "check_option_cross_entropy",
     "check_soft_target_cross_entropy",
     "check_softmax",
     "general_bound",
     "labelled_logits",
     "logits",
     "masked_logits",
+    "option_conditioning",
     "student_teacher",
 ]
 
@@ -68,9 +78,20 @@ DTYPES = tuple(np.dtype(d) for d in (ml_dtypes.bfloat16, np.float16, np.float32,
 
 _SHORT = dict(zip(("bf16", "fp16", "fp32", "fp64"), DTYPES, strict=True))
 
-KINDS = ("ce", "softmax", "log_softmax", "soft-target")
+KINDS = (
+    "ce",
+    "softmax",
+    "log_softmax",
+    "soft-target",
+    "z-loss",
+    "soft-cap",
+    "label-smoothing",
+    "linear-ce",
+)
 """What a checked function computes: integer-label cross-entropy, softmax, log-softmax,
-soft-target (student, teacher) cross-entropy."""
+soft-target (student, teacher) cross-entropy, cross-entropy with a z-loss, with
+soft-capped logits or with label smoothing (`OPTIONS`), and a fused linear cross-entropy
+fn(hidden, weight, labels)."""
 
 ULPS = {
     # log1p of a ratio of two sums: a division, a log1p and a final rounding.
@@ -169,6 +190,104 @@ def assert_ulp_close(actual, expected, ulps, dtype=None, *, inputs=None, err_msg
 
 
 # ----------------------------------------------------------------------------- checks
+OPTIONS = {
+    "z-loss": {"z_loss": 1e-4},
+    "soft-cap": {"soft_cap": 30.0},
+    "label-smoothing": {"label_smoothing": 0.1},
+}
+"""The option each kind of `OPTION_KINDS` checks, at the value trainers use: T5X's z-loss
+weight 1e-4, Gemma 2's final-logit cap 30, label smoothing 0.1 (Szegedy et al.)."""
+
+OPTION_ULPS = {
+    # z-loss: lse = M + log S within 1.5 ulps, squared, scaled and added (three more
+    # roundings): 4.5 in all. Smoothing: log S, the mean gap and three products.
+    "value": 2.5,
+    # (1 + 2 w lse) rounds once before it multiplies q_j, and the option's term adds one
+    # more rounding at the target; under a cap, sech^2 = 1 / cosh^2 (cosh, a division,
+    # a square) and one product.
+    "grad": 3.0,
+}
+"""Ulps added to `ULPS` when an option (z-loss, soft cap, label smoothing) is checked.
+
+Option gradients are measured in ulps of the largest term they are formed from (as the
+soft-target gradient is, in ulps of max(p, q)): the z-loss target gradient -S_others / S
++ 2 w lse q_t and the smoothed q_j - alpha / n cancel near their equilibria, where no
+implementation given rounded inputs can do better. Under a cap the capped logits
+z' = c tanh(z / c) are themselves rounded, by up to `CAP_ULPS` ulps of z', which e^(z' -
+max z') turns into CAP_ULPS |z'| ulps of every value and gradient (|z'| < c), as
+`general_bound` adds |z_j - z_max|; the slope sech^2(z / c) adds 3 |z / c| + 2 ulps."""
+
+CAP_ULPS = 8.0
+"""Ulps of z' in the capped logit c tanh(z / c): XLA's tanh, measured on this project's CPU
+up to 3.9 ulps in float32 and 6.5 in float64 (not correctly rounded), plus the rounding of
+z / c (conditioning at most 1) and of the product by c. The slope sech^2(u) = 1 / cosh^2(u)
+inherits the rounding of u = z / c times its conditioning 2 |u|, and XLA's cosh (measured
+to 3 |u| + 2 in all): the `3 |z / c| + 2` of `OPTION_ULPS`."""
+
+
+def option_conditioning(z: np.ndarray, labels: np.ndarray, **options):
+    """For logits z (rows, K) and labels, with the options of `numerics.cross_entropy`:
+    the ulps added to the value bound (rows,) and to the gradient bound (rows, K) under a
+    cap (`CAP_ULPS`), and the scale (the largest term) each gradient entry is formed from
+    (rows, K), in whose ulps option gradients are measured; all float64.
+
+    Example:
+      >>> import numpy as np
+      >>> value, grad, scale = option_conditioning(np.array([[20.0, 0.0]]), np.array([0]),
+      ...                                          z_loss=1e-4)
+      >>> float(value[0]), bool(scale[0, 0] > 0.004)  # 2 w lse q_t = 0.004 dominates
+      (0.0, True)
+    """
+    z64 = z.astype(np.float64)
+    cap = options.get("soft_cap")
+    w, alpha = options.get("z_loss", 0.0), options.get("label_smoothing", 0.0)
+    zc = cap * np.tanh(z64 / cap) if cap else z64
+    finite = np.isfinite(zc)
+    k = z.shape[-1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = np.max(np.where(finite, zc, -np.inf), -1, keepdims=True)
+        e = np.where(finite, np.exp(zc - top), 0.0)
+        total = e.sum(-1, keepdims=True)
+        q = e / total
+        lse = top + np.log(total)
+        is_t = np.arange(k) == labels[:, None]
+        others = np.where(is_t, 0.0, e).sum(-1, keepdims=True) / total
+        q_t = np.where(is_t, q, 0.0).sum(-1, keepdims=True)
+        terms = [np.where(is_t, others, q * (1 + 2 * w * lse))]
+        if w:
+            terms.append(np.where(is_t, 2 * w * lse * q_t, 0.0))
+        if alpha:
+            terms.append(np.where(is_t, alpha * (k - 1) / k, alpha / k))
+        scale = np.max(np.abs(np.stack(terms)), 0)
+        if cap:
+            scale = scale / np.cosh(z64 / cap) ** 2
+            conditioning = CAP_ULPS * np.max(np.where(finite, np.abs(zc), 0.0), -1)
+            slope = np.where(np.isfinite(z64), 3 * np.abs(z64 / cap) + 2, 0.0)
+            grad_conditioning = conditioning[:, None] + slope
+        else:
+            conditioning = np.zeros(len(z))
+            grad_conditioning = np.zeros(z.shape)
+    return conditioning, grad_conditioning, np.nan_to_num(scale)
+
+
+def _scaled_error(grad, exact, scale, dtype) -> np.ndarray:
+    """|grad - exact| in ulps of `scale` (one smallest normal forgiven: flush to zero)."""
+    tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
+    diff = np.abs(np.asarray(grad, np.float64) - np.asarray(exact).astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        return np.maximum(diff - tiny, 0) / oracle.ulp(np.maximum(scale, tiny), dtype)
+
+
+def _capped_cliff(dtype, cap) -> str:
+    """Where the cliff of the capped logits sits in the raw margin, for the cliff line."""
+    if cap is None:
+        return ""
+    cliff = precision_cliff(dtype)
+    if cliff >= cap:
+        return f"; with soft_cap {cap:g} the capped margin never reaches it on [m, 0]"
+    return f" of the capped logits, m = {cap * math.atanh(cliff / cap):.6g} before the cap"
+
+
 def check_cross_entropy(
     fn: Callable,
     dtype,
@@ -176,6 +295,11 @@ def check_cross_entropy(
     max_ulps: float | None = None,
     quick: bool = False,
     reference: Callable | None = None,
+    z_loss: float = 0.0,
+    soft_cap: float | None = None,
+    label_smoothing: float = 0.0,
+    max_k: int = 50_000,
+    kind: str = "ce",
 ) -> CheckResult:
     """Check an integer-label cross-entropy `fn(logits, labels) -> losses` against mpmath.
 
@@ -187,6 +311,12 @@ def check_cross_entropy(
     random rows. The target gradient must not be 0 where the exact one is a normal
     number, the gradients must sum to zero within rounding, a NaN must give NaN and
     finite logits a finite loss.
+
+    With `z_loss`, `soft_cap` or `label_smoothing`, `fn` is checked as a cross-entropy
+    with those options (the semantics of `numerics.cross_entropy`; `fn` applies them
+    itself): the bounds grow by `OPTION_ULPS`, gradients are measured in ulps of the
+    terms they are formed from, and the zero-sum check is skipped where the option
+    breaks it (z-loss: the gradients sum to 2 w lse; a cap scales each by sech^2).
 
     Example:
       >>> import numerics
@@ -200,6 +330,9 @@ def check_cross_entropy(
       quick: fewer margins, K up to 100: about a second per dtype.
       reference: the exact (loss, grad) function, `oracle.cross_entropy_value_and_grad`
         by default (e.g. `oracle.stablemax_cross_entropy_value_and_grad` for StableMax).
+      z_loss, soft_cap, label_smoothing: the options `fn` computes (see `OPTIONS`).
+      max_k: the largest K of the random rows.
+      kind: the name the result carries.
 
     Returns:
       A `CheckResult`; `.assert_ok()` raises AssertionError listing every failure.
@@ -208,11 +341,33 @@ def check_cross_entropy(
       SignatureError: `fn` raised on plain input or returned the wrong shape.
     """
     dtype = as_dtype(dtype)
-    reference = reference or oracle.cross_entropy_value_and_grad
-    tally = _testing.Tally("ce", dtype)
+    options = {
+        name: v
+        for name, v, off in (
+            ("z_loss", z_loss, 0.0),
+            ("soft_cap", soft_cap, None),
+            ("label_smoothing", label_smoothing, 0.0),
+        )
+        if v != off
+    }
+    reference = reference or functools.partial(oracle.cross_entropy_value_and_grad, **options)
+    tally = _testing.Tally(kind, dtype)
     value, grad_base = ULPS["value"][dtype], ULPS["grad"][dtype]
+    if options:
+        value, grad_base = value + OPTION_ULPS["value"], grad_base + OPTION_ULPS["grad"]
     if max_ulps is not None:
         value = grad_base = float(max_ulps)
+    zero_sum = not ({"z_loss", "soft_cap"} & set(options))
+
+    def grad_errors(z, labels, grad, exact_grad):
+        """(value conditioning (rows,), gradient conditioning (rows, K), gradient errors,
+        scale) for the options; zeros and None without options."""
+        if not options:
+            return 0.0, 0.0, None, None
+        conditioning, grad_conditioning, scale = option_conditioning(z, labels, **options)
+        err = _scaled_error(grad, exact_grad, scale, dtype)
+        return conditioning, grad_conditioning, err, scale
+
     with jax.enable_x64(dtype == np.float64):
         run = _testing.evaluator(fn, "ce")
         out_dtype = _testing.probe(fn, run, "ce", dtype)
@@ -224,19 +379,27 @@ def check_cross_entropy(
         if got is not None:
             loss, grad = got
             exact_loss, exact_grad = reference(z, labels, exact=True)
+            cond, grad_cond, err, scale = grad_errors(z, labels, grad, exact_grad)
 
             def where(r, *_):
                 return f"m={float(m[r]):.8g} (logits [m, 0], label 0)"
 
             tally.rows += len(m)
-            tally.compare("loss", "value", loss, exact_loss, value, z, where)
-            tally.compare(
-                "target gradient", "grad", grad[:, 0], exact_grad[:, 0], grad_base, z, where
-            )
-            tally.compare(
-                "other gradient", "grad", grad[:, 1], exact_grad[:, 1], grad_base, z, where
-            )
-            tally.sums(grad, np.full(len(m), grad_base), where)
+            tally.compare("loss", "value", loss, exact_loss, value + cond, z, where)
+            for j, what in enumerate(("target gradient", "other gradient")):
+                bound = grad_base + (0.0 if err is None else grad_cond[:, j])
+                tally.compare(
+                    what,
+                    "grad",
+                    grad[:, j],
+                    exact_grad[:, j],
+                    bound,
+                    z,
+                    where,
+                    None if err is None else err[:, j],
+                )
+            if zero_sum:
+                tally.sums(grad, np.full(len(m), grad_base), where)
 
             def single(index):
                 def at(mi):
@@ -245,25 +408,37 @@ def check_cross_entropy(
 
                 return at
 
-            dies = _testing.first_dead(
-                tally, grad[:, 0], exact_grad[:, 0], m, lambda v: single(1)(v)[0, 0]
-            )
+            exact_t = exact_grad[:, 0]
+            if scale is not None:
+                # Near an option's equilibrium the exact gradient is a cancellation; a 0
+                # there is within the bound and no collapse.
+                ulp_scale = oracle.ulp(scale[:, 0], dtype) * (grad_base + grad_cond[:, 0])
+                exact_t = np.where(np.abs(exact_t.astype(np.float64)) > ulp_scale, exact_t, 0.0)
+            dies = _testing.first_dead(tally, grad[:, 0], exact_t, m, lambda v: single(1)(v)[0, 0])
             zero = _testing.first_dead(tally, loss, exact_loss, m, lambda v: single(0)(v)[0])
             for what, at in (("target gradient", dies), ("loss", zero)):
                 if at is not None:
                     exact_at = reference(np.array([[at, 0.0]]), np.zeros(1, int))
                     _testing.cliff_line(
-                        tally, what, at, exact_at[1][0, 0] if what != "loss" else exact_at[0][0]
+                        tally,
+                        what,
+                        at,
+                        exact_at[1][0, 0] if what != "loss" else exact_at[0][0],
+                        _capped_cliff(dtype, soft_cap),
                     )
-        for case in _testing.random_cases(quick):
+        for case in _testing.random_cases(quick, max_k):
+            if kind == "linear-ce" and case[4] == "masked":
+                continue  # -inf hidden times the identity's zeros is NaN, not a masked class
             z, labels = _testing.plant_rows(case, dtype, 2, seed=0)
             got = _testing.run_or_fail(tally, run, _testing.describe(case), z, labels)
             if got is None:
                 continue
             loss, grad = got
             exact_loss, exact_grad = reference(z, labels, exact=True)
+            cond, grad_cond, err, _ = grad_errors(z, labels, grad, exact_grad)
             k = case[0]
-            gaps = _testing.finite_gaps(z)
+            zc = soft_cap * np.tanh(z.astype(np.float64) / soft_cap) if soft_cap else z
+            gaps = _testing.finite_gaps(zc)
             is_target = np.arange(k) == labels[:, None]
             conditioning = np.where(
                 is_target, _testing.weighted_gap(gaps, is_target)[:, None], gaps
@@ -275,13 +450,14 @@ def check_cross_entropy(
                 "value",
                 loss,
                 exact_loss,
-                _testing.conditioned(value, gaps.max(-1), k),
+                _testing.conditioned(value, gaps.max(-1) + cond, k),
                 z,
                 where,
             )
-            grad_bound = _testing.conditioned(grad_base, conditioning, k)
-            tally.compare("gradient", "grad", grad, exact_grad, grad_bound, z, where)
-            tally.sums(grad, grad_bound.max(-1), where)
+            grad_bound = _testing.conditioned(grad_base, conditioning + grad_cond, k)
+            tally.compare("gradient", "grad", grad, exact_grad, grad_bound, z, where, err)
+            if zero_sum:
+                tally.sums(grad, grad_bound.max(-1), where)
         nan = _testing.nan_check(tally, run, "ce", dtype)
     return tally.result(
         grad_dies_at=dies,
@@ -290,6 +466,65 @@ def check_cross_entropy(
         nan_propagates=nan,
         output_dtype=out_dtype.name,
     )
+
+
+def check_option_cross_entropy(fn: Callable, dtype, kind: str, **check) -> CheckResult:
+    """`check_cross_entropy` of `fn(logits, labels)` with the option of `kind` (a key of
+    `OPTIONS`) at its value there, unless `check` sets it.
+
+    Example:
+      >>> import functools, numerics
+      >>> fixed = functools.partial(numerics.cross_entropy, z_loss=1e-4)
+      >>> check_option_cross_entropy(fixed, "bf16", "z-loss", quick=True).ok
+      True
+
+    Args:
+      fn: the function, computing the option itself.
+      dtype: as `check_cross_entropy`.
+      kind: "z-loss", "soft-cap" or "label-smoothing".
+      **check: `check_cross_entropy`'s keywords (max_ulps, quick, the option's value).
+
+    Returns:
+      A `CheckResult`.
+    """
+    if kind not in OPTIONS:
+        raise ValueError(f"kind must be one of {sorted(OPTIONS)}; got {kind!r}.")
+    return check_cross_entropy(fn, dtype, **{**OPTIONS[kind], **check, "kind": kind})
+
+
+LINEAR_MAX_K = 1000
+"""The largest vocabulary of `check_linear_cross_entropy`'s random rows (its weight is the
+(K, K) identity)."""
+
+
+def check_linear_cross_entropy(fn: Callable, dtype, **check) -> CheckResult:
+    """Check a fused linear cross-entropy `fn(hidden, weight, labels) -> per-row losses`.
+
+    hidden = the logits of `check_cross_entropy`'s cases and weight = the identity, so
+    hidden @ weight is exact in any accumulation order and the same margins, ties and
+    -inf-free random rows (K up to `LINEAR_MAX_K`) are checked; the gradient checked is
+    d/d hidden (= d/d logits here). `check` goes to `check_cross_entropy` (options too).
+
+    Example:
+      >>> import numerics
+      >>> check_linear_cross_entropy(numerics.linear_cross_entropy, "fp32", quick=True).ok
+      True
+
+    Args:
+      fn: called as fn(hidden_NxD, weight_DxV, labels_N).
+      dtype: as `check_cross_entropy`.
+      **check: `check_cross_entropy`'s keywords.
+
+    Returns:
+      A `CheckResult`.
+    """
+
+    def through_identity(logits, labels):
+        return fn(logits, jnp.eye(logits.shape[-1], dtype=logits.dtype), labels)
+
+    through_identity.__qualname__ = _testing.fn_name(fn)
+    check = {"max_k": LINEAR_MAX_K, "kind": "linear-ce", **check}
+    return check_cross_entropy(through_identity, dtype, **check)
 
 
 def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
@@ -516,6 +751,8 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "softmax": check_softmax,
     "log_softmax": check_log_softmax,
     "soft-target": check_soft_target_cross_entropy,
+    **{kind: functools.partial(check_option_cross_entropy, kind=kind) for kind in OPTIONS},
+    "linear-ce": check_linear_cross_entropy,
 }
 """The check for each of `KINDS`."""
 

@@ -6,6 +6,7 @@ import json
 import jax.numpy as jnp
 import pytest
 
+import numerics
 from grokbench import audit, cli
 
 
@@ -83,6 +84,10 @@ def test_kind_is_guessed_from_the_name():
         "jax.nn:softmax": "softmax",
         "numerics:soft_target_cross_entropy": "soft-target",
         "optax:softmax_cross_entropy_with_integer_labels": "ce",
+        "numerics:linear_cross_entropy": "linear-ce",
+        "mypkg:ce_with_z_loss": "z-loss",
+        "mypkg:softcapped_ce": "soft-cap",
+        "mypkg:smoothed_ce": "label-smoothing",
     }
     assert {spec: audit.infer_kind(spec) for spec in guesses} == guesses
 
@@ -93,3 +98,53 @@ def test_full_audit_of_every_dtype(capsys):
     spec = "optax:softmax_cross_entropy_with_integer_labels"
     assert cli.main(["audit", spec]) == 1
     assert "exactly 0 from m=16.635532" in capsys.readouterr().out
+
+
+def fixed_z_loss(logits, labels):
+    """The fixed cross-entropy with T5X's z-loss weight."""
+    return numerics.cross_entropy(logits, labels, z_loss=1e-4)
+
+
+def naive_z_loss(logits, labels):
+    """logsumexp - z_t + 1e-4 logsumexp^2 in the logits' dtype, as trainers add it."""
+    return numerics.standard.cross_entropy(logits, labels, z_loss=1e-4)
+
+
+def fixed_soft_cap(logits, labels):
+    """The fixed cross-entropy of 30 tanh(z / 30)."""
+    return numerics.cross_entropy(logits, labels, soft_cap=30.0)
+
+
+def standard_soft_cap(logits, labels):
+    """optax's cross-entropy of 30 tanh(z / 30) computed in the logits' dtype."""
+    return numerics.standard.cross_entropy(logits, labels, soft_cap=30.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "dtype", "cliff"),
+    [
+        ("z_loss", "z-loss", "bf16", "target gradient: exactly 0 from m=5.5625"),
+        ("soft_cap", "soft-cap", "fp32", "target gradient: exactly 0 from m=18.70459"),
+    ],
+)
+def test_options_pass_ours_and_fail_the_naive_ones_past_their_cliffs(
+    capsys, name, kind, dtype, cliff
+):
+    # issue 31: the naive z-loss CE collapses at the dtype's cliff (q_t rounds to 1 and
+    # 1 + 2 w lse to 1); the soft-capped standard CE where the capped margin reaches it,
+    # m = 30 atanh(16.6355 / 30) = 18.746 in fp32.
+    module = "tests.grokbench.test_audit_cli"
+    fixed = "fixed_" + name
+    assert cli.main(["audit", f"{module}:{fixed}", "--dtypes", dtype, "--quick"]) == 0
+    assert f"as {kind} " in capsys.readouterr().out
+    naive = ("naive_" if kind == "z-loss" else "standard_") + name
+    assert cli.main(["audit", f"{module}:{naive}", "--dtypes", dtype, "--quick"]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL ")]
+    assert any(cliff in line for line in fails), fails
+
+
+def test_linear_cross_entropy_audits_as_linear_ce(capsys):
+    spec = "numerics:linear_cross_entropy"
+    assert cli.main(["audit", spec, "--dtypes", "bf16", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "as linear-ce (fn(hidden, weight, labels)" in out and "optax on hidden @ weight" in out

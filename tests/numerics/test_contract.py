@@ -373,13 +373,13 @@ def test_loss_survives_a_target_logit_off_the_max_by_rounding(ulps):
     # gather and once for the row max, with different rounding (a multiply-add contracted
     # in one copy only), so z_t - z_max can come out a few ulps off 0 for a target that is
     # the max. The loss must stay log1p(e^-m) of what it was given, never ~ulp(z) or < 0.
-    from numerics._cross_entropy import _loss_from
+    from numerics._lm_loss import loss_from
 
     z = np.float32(65.254)
     shift = np.float32(ulps * np.spacing(z))
     s_others = np.float32(1e-20)  # sum_{j != t} e^(z_j - z_max): the target far above
     s_all = s_others + np.exp(shift)
-    loss = float(_loss_from(jnp.asarray(True), jnp.asarray(shift), s_others, s_all))
+    loss = float(loss_from(jnp.asarray(True), jnp.asarray(shift), s_others, s_all))
     exact = 1e-20 * np.exp(-float(shift))
     assert loss == pytest.approx(exact, rel=1e-5)
 

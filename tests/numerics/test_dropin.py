@@ -230,6 +230,79 @@ def test_tuple_axes_in_the_losses_match_optax():
     np.testing.assert_allclose(*soft, rtol=1e-6)
 
 
+X4 = np.cos(np.arange(2 * 3 * 4 * 5)).reshape(2, 3, 4, 5) * 3
+
+
+@pytest.mark.parametrize("axis", [(3, 2), (-1, -2), (3, 1), (3, 1, 0), (2, 3)])
+def test_unsorted_tuple_axes_read_the_flat_label_in_the_order_given(axis):
+    # issue 31: the axes were sorted, so (3, 2) read the label as an index into the
+    # (4, 5) slice instead of the (5, 4) one optax reads; values differed by up to 0.58.
+    x = jnp.asarray(X4, F32)
+    axes = [a % x.ndim for a in axis]
+    batch = tuple(n for a, n in enumerate(x.shape) if a not in axes)
+    k = int(np.prod([x.shape[a] for a in axes]))
+    labels = jnp.asarray((7 * np.arange(int(np.prod(batch))) + 3).reshape(batch) % k)
+    where = jnp.asarray(np.arange(x.size).reshape(x.shape) % 7 != 0)
+
+    @jax.jit
+    def both(x):
+        def run(f):
+            loss = lambda x: f(x, labels, axis=axis, where=where)  # noqa: E731
+            return loss(x), jax.grad(lambda x: loss(x).sum())(x)
+
+        return run(numerics.cross_entropy), run(optax.softmax_cross_entropy_with_integer_labels)
+
+    (ours, ours_grad), (theirs, theirs_grad) = both(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    np.testing.assert_allclose(ours_grad, theirs_grad, rtol=1e-5, atol=1e-7)
+
+
+def _soft_both_ways(student, teacher, where):
+    """(loss, student grad, teacher grad) of ours and of optax's soft-label CE with `where`."""
+
+    def optax_soft(s, t, where):
+        entries = where if where.ndim == s.ndim else where[..., None]  # as optax expands it
+        return optax.softmax_cross_entropy(s, jax.nn.softmax(t, where=entries), where=where)
+
+    @jax.jit
+    def run(student, teacher):
+        out = []
+        for f in (numerics.soft_target_cross_entropy, optax_soft):
+            loss = lambda s, t, f=f: f(s, t, where=where)  # noqa: E731
+            grads = jax.grad(lambda s, t, g=loss: g(s, t).sum(), (0, 1))(student, teacher)
+            out.append((loss(student, teacher), *grads))
+        return out
+
+    return run(student, teacher)
+
+
+def test_soft_target_where_masks_entries_and_rows_as_optax():
+    student = jnp.asarray(Z, F32)
+    teacher = jnp.asarray(TEACHER, F32)
+    entries = jnp.array([[True, True, False, True], [False, True, True, True]])
+    for where in (entries, jnp.array([True, True]), jnp.array([True, False])):
+        ours, theirs = _soft_both_ways(student, teacher, where)
+        padding = ~np.asarray(jnp.broadcast_to(where.reshape(2, -1), (2, 4)).any(-1))
+        for got, want in zip(ours, theirs, strict=True):
+            got, want = np.asarray(got), np.asarray(want)
+            kept = ~padding
+            np.testing.assert_allclose(got[kept], want[kept], rtol=1e-5, atol=1e-7)
+            # A padding row: loss 0, gradient 0 for student and teacher (optax: NaN).
+            assert np.all(got[padding] == 0)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+def test_soft_target_where_keeps_the_exact_zero_at_the_teacher(dtype):
+    z = jnp.asarray(Z, dtype)
+    for where in (jnp.array([[True, False, True, True], [False] * 4]), jnp.array([False, True])):
+        grad = jax.grad(lambda s, w=where: numerics.soft_target_cross_entropy(s, z, where=w).sum())(
+            z
+        )
+        assert np.all(np.asarray(grad, np.float64) == 0)
+    with pytest.raises(ValueError, match="where"):
+        numerics.soft_target_cross_entropy(z, z, where=jnp.ones(4, bool)[None, None])
+
+
 @pytest.mark.parametrize("axis", [1.0, "1", [0, 1], True])
 def test_other_axis_types_raise_a_type_error_naming_axis(axis):
     for call in (

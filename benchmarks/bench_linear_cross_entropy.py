@@ -1,0 +1,102 @@
+"""The chunked linear cross-entropy against the materialized logits: time and peak memory.
+
+    python benchmarks/bench_linear_cross_entropy.py [--rows 4096] [--hidden 512]
+        [--vocab 32768,131072] [--dtypes float32,bfloat16] [--chunk 4096] [--reps 3]
+
+For each vocabulary V and dtype, value_and_grad with respect to hidden (rows, D) and
+weight (D, V) of the mean loss of three programs:
+
+- optax: `optax.softmax_cross_entropy_with_integer_labels(hidden @ weight, labels)`, the
+  materialized logits a trainer without a fused kernel computes;
+- fixed: `numerics.cross_entropy(hidden @ weight, labels)`, our materialized fixed CE;
+- linear: `numerics.linear_cross_entropy(hidden, weight, labels, chunk_size=...)`.
+
+Memory is the compiled executable's `memory_analysis().temp_size_in_bytes`: XLA's
+buffer assignment of everything that is neither an argument nor an output (the logits,
+their gradient, the chunks), i.e. the peak temporary memory of the step, known before it
+runs. Time is the median of `--reps` runs after a compile and a warm-up, the three
+programs interleaved. Targets (issue 31): at V = 128k, linear's temporary memory at most
+1/8 of the materialized paths' and its time at most 1.2x optax's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import numerics
+
+
+def _programs(chunk: int):
+    def optax_loss(h, w, t):
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(h @ w, t))
+
+    def fixed_loss(h, w, t):
+        return jnp.mean(numerics.cross_entropy(h @ w, t))
+
+    def linear_loss(h, w, t):
+        return numerics.linear_cross_entropy(h, w, t, reduction="mean", chunk_size=chunk)
+
+    return {"optax": optax_loss, "fixed": fixed_loss, "linear": linear_loss}
+
+
+def bench(rows: int, hidden: int, vocab: int, dtype, chunk: int, reps: int) -> dict:
+    """{program: (median seconds, temporary bytes)} for one shape and dtype."""
+    k_h, k_w, k_t = jax.random.split(jax.random.key(0), 3)
+    h = jax.random.normal(k_h, (rows, hidden), jnp.float32).astype(dtype)
+    w = (jax.random.normal(k_w, (hidden, vocab), jnp.float32) / hidden**0.5).astype(dtype)
+    t = jax.random.randint(k_t, (rows,), 0, vocab)
+    compiled, memory = {}, {}
+    for name, loss in _programs(chunk).items():
+        step = jax.jit(jax.value_and_grad(loss, (0, 1)))
+        compiled[name] = step.lower(h, w, t).compile()
+        memory[name] = compiled[name].memory_analysis().temp_size_in_bytes
+    for fn in compiled.values():
+        jax.block_until_ready(fn(h, w, t))  # warm
+    times: dict[str, list[float]] = {name: [] for name in compiled}
+    for _ in range(reps):
+        for name, fn in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn(h, w, t))
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(times[name]), memory[name]) for name in compiled}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--vocab", default="32768,131072")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument(
+        "--chunk", type=int, default=numerics.linear_cross_entropy.__kwdefaults__["chunk_size"]
+    )
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    print(
+        f"value_and_grad wrt hidden and weight, rows (B*T) {args.rows}, D {args.hidden}, "
+        f"chunk {args.chunk}; median of {args.reps}; temp = memory_analysis().temp_size_in_bytes"
+    )
+    header = "| V | dtype | program | time (s) | vs optax | temp (MiB) | vs optax |"
+    print(header)
+    print("|" + "---|" * 7)
+    for vocab in (int(v) for v in args.vocab.split(",")):
+        for name in args.dtypes.split(","):
+            dtype = jnp.dtype(name)
+            got = bench(args.rows, args.hidden, vocab, dtype, args.chunk, args.reps)
+            base_t, base_m = got["optax"]
+            for program, (sec, mem) in got.items():
+                print(
+                    f"| {vocab} | {dtype.name} | {program} | {sec:.3f} | {sec / base_t:.2f}x | "
+                    f"{mem / 2**20:.0f} | {mem / base_m:.3f}x |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""The chunked linear cross-entropy: CE of hidden @ weight without the (..., V) logits.
+
+Letters: N rows (the flattened batch shape), D the hidden size, V the vocabulary, C the
+chunk of the vocabulary one step of the scan holds, as (N, C) logits.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from numerics import _checks
+from numerics._lm_loss import (
+    ChunkStats,
+    LossOptions,
+    capped,
+    check_options,
+    chunk_grad,
+    chunk_stats,
+    combine,
+    finish,
+)
+from numerics._softmax import compute_dtype
+
+DEFAULT_CHUNK_SIZE = 4096
+"""Vocabulary columns per chunk: (N, 4096) float32 logits live at a time, 64 MiB at
+N = 4,096 rows, against 2 GiB for V = 128k materialized."""
+
+_REDUCTIONS = ("none", "sum", "mean")
+
+
+def _dot(a, b):
+    """a @ b accumulated in the compute dtype, at HIGHEST precision.
+
+    bf16 and fp16 products accumulate in float32 (`preferred_element_type`), and float32
+    runs at HIGHEST, so no backend drops to bf16 or TF32 passes behind the caller's back.
+    On XLA's CPU backend, which has no fast 16-bit matmul, 16-bit operands are converted
+    to float32 first: exact (every 16-bit value is a float32 and so is every product of
+    two), so the result is the same accumulation, and faster there
+    (benchmarks/bench_linear_cross_entropy.py).
+    """
+    ctype = compute_dtype(a.dtype)
+    if a.dtype != ctype and jax.default_backend() == "cpu":
+        a, b = a.astype(ctype), b.astype(ctype)
+    return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=ctype)
+
+
+def _logits(hidden_NxD, weight_DxC):
+    """One chunk's logits in the compute dtype (`_dot`)."""
+    return _dot(hidden_NxD, weight_DxC)
+
+
+def _chunks(num_classes: int, chunk: int) -> tuple[int, int]:
+    """(full chunks, columns left over): the scan takes the full ones, one static
+    step the rest, so the weight is never padded (a copy of all of it)."""
+    return num_classes // chunk, num_classes % chunk
+
+
+def _stats(hidden, weight, labels, opts: LossOptions, chunk: int) -> ChunkStats:
+    """The combined per-row statistics, one chunk of logits alive at a time."""
+    full, rest = _chunks(weight.shape[1], chunk)
+
+    def one(w_chunk, start):
+        return chunk_stats(capped(_logits(hidden, w_chunk), opts), labels - start, None, opts)
+
+    def step(_, i):
+        start = i * chunk
+        return None, one(jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1), start)
+
+    parts = []
+    if full:
+        parts.append(jax.lax.scan(step, None, jnp.arange(full, dtype=labels.dtype))[1])
+    if rest:
+        last = one(weight[:, full * chunk :], full * chunk)
+        parts.append(jax.tree.map(lambda v: v[None], last))
+    stacked = jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts)
+    return combine(stacked)
+
+
+def _forward(hidden, weight, labels, opts, chunk):
+    stats = _stats(hidden, weight, labels, opts, chunk)
+    kept_t = jnp.ones(labels.shape, bool)
+    return finish(stats, kept_t, opts)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _linear(hidden, weight, labels, opts, chunk):
+    return _forward(hidden, weight, labels, opts, chunk)[0]
+
+
+def _linear_fwd(hidden, weight, labels, opts, chunk):
+    loss, terms = _forward(hidden, weight, labels, opts, chunk)
+    # O(N) statistics only: the backward recomputes each chunk's logits.
+    return loss, (hidden, weight, labels, terms)
+
+
+def _linear_bwd(opts, chunk, residuals, cotangent):
+    hidden, weight, labels, terms = residuals
+    ctype = compute_dtype(hidden.dtype)
+    full, rest = _chunks(weight.shape[1], chunk)
+    kept_t = jnp.ones(labels.shape, bool)
+    scale = cotangent.astype(ctype)[:, None]
+
+    def one(w_chunk, start):
+        g = chunk_grad(_logits(hidden, w_chunk), labels - start, None, kept_t, terms, opts)
+        # g rounds once to the inputs' dtype, as the materialized loss's gradient does;
+        # both products accumulate in the compute dtype.
+        g = (g * scale).astype(hidden.dtype)
+        return _dot(g, w_chunk.T), _dot(hidden.T, g).astype(weight.dtype)
+
+    def step(carry, i):
+        d_hidden, d_weight = carry
+        start = i * chunk
+        dh, dw = one(jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1), start)
+        # The weight gradient is written chunk by chunk in place: stacking the chunks
+        # and transposing would cost a second (D, V) array.
+        return (d_hidden + dh, jax.lax.dynamic_update_slice_in_dim(d_weight, dw, start, 1)), None
+
+    carry = (jnp.zeros(hidden.shape, ctype), jnp.zeros(weight.shape, weight.dtype))
+    if full:
+        carry = jax.lax.scan(step, carry, jnp.arange(full, dtype=labels.dtype))[0]
+    d_hidden, d_weight = carry
+    if rest:
+        dh, dw = one(weight[:, full * chunk :], full * chunk)
+        d_hidden = d_hidden + dh
+        d_weight = jax.lax.dynamic_update_slice_in_dim(d_weight, dw, full * chunk, 1)
+    zero_labels = np.zeros(labels.shape, jax.dtypes.float0)
+    return d_hidden.astype(hidden.dtype), d_weight, zero_labels
+
+
+_linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+def _check_linear(hidden, weight, labels, where, ignore_index, chunk_size, reduction):
+    """Entry checks; returns (hidden_NxD, weight, labels_N, kept_N or None, chunk)."""
+    hidden = _checks.check_float(hidden, "hidden")
+    weight = _checks.check_float(weight, "weight")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(
+            f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must have the same dtype: "
+            "the lab never promotes precision silently."
+        )
+    if hidden.ndim < 1 or weight.ndim != 2:
+        raise ValueError(
+            f"hidden must be (..., D) and weight (D, V); got shapes {hidden.shape} and "
+            f"{weight.shape}."
+        )
+    if hidden.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"hidden (..., D={hidden.shape[-1]}) and weight (D={weight.shape[0]}, V) disagree "
+            "on D; a (V, D) embedding (tied weights) is passed as embedding.T."
+        )
+    if not isinstance(chunk_size, int | np.integer) or isinstance(chunk_size, bool):
+        raise TypeError(f"chunk_size must be an int; got {chunk_size!r}.")
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be > 0; got {chunk_size}.")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}; got {reduction!r}.")
+    labels = _checks.check_int(labels, "labels")
+    if labels.shape != hidden.shape[:-1]:
+        raise ValueError(
+            f"labels of shape {labels.shape} do not match hidden of shape {hidden.shape}: "
+            f"expected {hidden.shape[:-1]}."
+        )
+    kept = None
+    if where is not None:
+        kept = jnp.asarray(where)
+        if kept.dtype != jnp.bool_ or kept.shape != labels.shape:
+            raise ValueError(
+                f"where must be a boolean mask of the labels' shape {labels.shape}; got "
+                f"{kept.dtype} of shape {kept.shape}."
+            )
+    if ignore_index is not None:
+        ignored = labels != ignore_index
+        kept = ignored if kept is None else kept & ignored
+    num_classes = weight.shape[1]
+    if not isinstance(labels, jax.core.Tracer) and labels.size:
+        host = np.asarray(labels)
+        if kept is not None and not isinstance(kept, jax.core.Tracer):
+            host = host[np.asarray(kept)]
+        if host.size and (host.min() < 0 or host.max() >= num_classes):
+            raise ValueError(
+                f"labels must lie in [0, {num_classes}) (outside where / ignore_index); got "
+                f"values in [{int(host.min())}, {int(host.max())}]."
+            )
+    return hidden, weight, labels.astype(jnp.int32), kept, min(int(chunk_size), num_classes)
+
+
+def linear_cross_entropy(
+    hidden: ArrayLike,
+    weight: ArrayLike,
+    labels: ArrayLike,
+    *,
+    where: ArrayLike | None = None,
+    ignore_index: int | None = None,
+    reduction: str = "none",
+    z_loss: float = 0.0,
+    soft_cap: float | None = None,
+    label_smoothing: float = 0.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> jax.Array:
+    r"""Cross-entropy of the logits hidden @ weight, never holding the (..., V) logits.
+
+    The language-model head and its loss in one: with z = hidden @ weight (hidden
+    (..., D), weight (D, V)), the result is `cross_entropy(z, labels, z_loss=...,
+    soft_cap=..., label_smoothing=...)`, computed over the vocabulary in chunks of
+    `chunk_size` columns, so only (N, chunk_size) logits exist at a time. Per chunk c,
+    the capped logits give m_c = max z, s_c = sum_{j != t} e^(z_j - m_c) (the target's
+    term summed apart), the target logit if it falls in the chunk, and the gap sum for
+    label smoothing; the chunks combine with M = max_c m_c as S_others = sum_c s_c
+    e^(m_c - M), each term rescaled once, and the loss is formed in the margin form,
+    log1p(S_others e^(M - z_t)), so the target never loses e^-m to a 1 added before it.
+
+    The backward pass (`jax.custom_vjp`) recomputes each chunk's logits, forms the
+    gradient g = dL/dz there (the fixed form: -S_others / S at the target, never
+    q_t - 1), and accumulates dL/dhidden = g weight_c^T and writes dL/dweight_c =
+    hidden^T g: memory O(N D + D V + N chunk_size), not O(N V). Reverse mode only
+    (`jax.grad`, `jax.vjp`); `jax.jvp` raises. A linear tangent rule would need
+    g times (hidden dweight) per position, and JAX's transpose of it would keep each
+    chunk's residuals, an (N, V) array in all: the memory this function exists to save.
+
+    Precision: logits are accumulated in float32 for bf16, fp16 and fp32 inputs
+    (`preferred_element_type`, matmul precision pinned to HIGHEST, so no TF32 or bf16
+    passes) and in float64 for float64; the per-chunk and combined sums, the loss and g
+    live in that compute dtype. g is rounded once to the inputs' dtype before the two
+    backward products (as the materialized loss's gradient is), which accumulate in the
+    compute dtype; dL/dhidden sums over the chunks in it and is rounded once. Per-row
+    losses are rounded once to the inputs' dtype; `sum` and `mean` reduce in the compute
+    dtype first. Against `cross_entropy` on the same logits: tests/numerics/
+    test_linear_cross_entropy.py states and checks the bound (one more exp and product
+    per term than the materialized sum, from the chunk rescaling).
+
+    Example (D = 2, V = 3):
+      >>> import jax, jax.numpy as jnp
+      >>> from numerics import cross_entropy
+      >>> h = jnp.array([[1.0, 2.0], [0.5, -1.0]])
+      >>> w = jnp.array([[1.0, 0.0, -1.0], [0.5, 2.0, 0.0]])
+      >>> t = jnp.array([1, 0])
+      >>> got = linear_cross_entropy(h, w, t, chunk_size=2)
+      >>> want = cross_entropy(h @ w, t)
+      >>> bool(jnp.allclose(got, want, rtol=1e-6))
+      True
+      >>> dh, dw = jax.grad(lambda h, w: linear_cross_entropy(h, w, t, reduction="mean"),
+      ...                   (0, 1))(h, w)
+      >>> dh.shape, dw.shape
+      ((2, 2), (2, 3))
+
+    Edge cases: positions masked out by `where` (or with `labels == ignore_index`) give
+    loss 0 and gradient 0 and their labels are not checked; `mean` over no kept position
+    is 0. Concrete labels outside [0, V) raise ValueError; traced ones give NaN (loss
+    and gradient). NaN in hidden or weight gives NaN.
+
+    Args:
+      hidden: (..., D) floating-point activations (bf16, fp16, fp32 or fp64).
+      weight: (D, V) of the same dtype.
+      labels: integer targets of shape hidden.shape[:-1].
+      where: optional boolean mask of the labels' shape: False positions (padding) are
+        left out, as optax's per-example `where`.
+      ignore_index: optional label value that also marks a position as left out
+        (torch's and Liger's -100).
+      reduction: "none" (per-position losses, shape labels.shape), "sum", or "mean"
+        over the kept positions.
+      z_loss, soft_cap, label_smoothing: as in `cross_entropy`.
+      chunk_size: vocabulary columns per chunk, > 0 (capped at V).
+
+    Returns:
+      Losses in the dtype of `hidden`: labels.shape for "none", a scalar otherwise.
+    """
+    opts = check_options(z_loss, soft_cap, label_smoothing)
+    hidden, weight, labels, kept, chunk = _check_linear(
+        hidden, weight, labels, where, ignore_index, chunk_size, reduction
+    )
+    shape = labels.shape
+    ctype = compute_dtype(hidden.dtype)
+    h = hidden.reshape(-1, hidden.shape[-1])
+    t = labels.reshape(-1)
+    keep = None if kept is None else kept.reshape(-1)
+    if weight.shape[1] == 0:  # no class: no valid label (only traced ones get here)
+        loss = jnp.full(t.shape, jnp.nan, ctype)
+    elif t.size == 0:
+        loss = jnp.zeros(t.shape, ctype)
+    else:
+        if keep is not None:
+            # Padding positions compute on label 0 and are zeroed below: their loss and
+            # its cotangent are 0, so they add 0 to both gradients.
+            t = jnp.where(keep, t, 0)
+        valid = (t >= 0) & (t < weight.shape[1])
+        loss = _linear(h, weight, jnp.where(valid, t, 0), opts, chunk)
+        # A product, not a select: an invalid label's NaN reaches the cotangent too, so
+        # the gradients are NaN, as the materialized loss's are.
+        loss = loss * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
+        if keep is not None:
+            loss = jnp.where(keep, loss, jnp.zeros((), ctype))
+    if reduction == "none":
+        return loss.reshape(shape).astype(hidden.dtype)
+    total = jnp.sum(loss)
+    if reduction == "sum":
+        return total.astype(hidden.dtype)
+    count = t.size if keep is None else jnp.sum(keep).astype(ctype)
+    return (total / jnp.maximum(count, 1)).astype(hidden.dtype)

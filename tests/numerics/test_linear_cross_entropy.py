@@ -1,0 +1,330 @@
+"""`linear_cross_entropy` (issue 31): chunked against materialized, options, precision, errors.
+
+Bounds (fixed before looking at results):
+
+- Chunked against the materialized fixed `cross_entropy` on the same logits. The logits
+  are made exact in any accumulation order (small dyadic hidden and weight entries, or
+  hidden = the logits and weight = the identity), so both losses see the same numbers.
+  bf16 and fp16: both compute in float32 and round once, so they agree to 1 ulp of the
+  dtype (two float32 values a few float32 ulps apart round to neighbouring values at
+  most). fp32 and fp64: each is within its oracle bound of the exact value (`ULPS`, plus
+  for the chunked sum one more exp and product per term from the rescaling by
+  e^(m_c - M), `CHUNK_ULPS`), so they agree to the sum of both.
+- Against mpmath, the chunked loss and d/d hidden are held to `ULPS` + `CHUNK_ULPS` on
+  the margin sweep (`numerics.testing.check_linear_cross_entropy`, the audit's check),
+  and d/d weight = hidden^T g, a sum of N products of exact hidden entries with the
+  gradients, to the gradient bound plus log2 N roundings of that sum.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numerics
+from numerics import oracle, testing
+from numerics.testing import assert_ulp_close
+from tests.tolerances import BF16, DTYPES, F16, F32, F64, ULPS
+
+CHUNK_ULPS = 1.5  # one exp (XLA's: within about 1 ulp) and one product per chunk sum
+OPTIONS = [
+    {},
+    {"z_loss": 1e-4},
+    {"soft_cap": 30.0},
+    {"label_smoothing": 0.1},
+    {"z_loss": 1e-2, "soft_cap": 5.0, "label_smoothing": 0.2},
+]
+OPTION_IDS = ["plain", "z_loss", "soft_cap", "smoothing", "all"]
+
+
+def _dyadic(rng, shape, dtype):
+    """Entries k / 8 with |k| < 64 (16-bit dtypes: k / 4 with |k| <= 3), so that every
+    logit, a sum of 16 products, is exact in the dtype itself: hidden @ weight is the same
+    in any order and accumulation dtype, and the materialized loss sees the same logits."""
+    if np.dtype(dtype).itemsize == 2:
+        return (rng.integers(-3, 4, shape) / 4).astype(dtype)
+    return (rng.integers(-63, 64, shape) / 8).astype(dtype)
+
+
+@functools.cache
+def _case(dtype, n, d, v, seed):
+    rng = np.random.default_rng([n, d, v, seed])
+    hidden = _dyadic(rng, (n, d), dtype)
+    weight = _dyadic(rng, (d, v), dtype)
+    return hidden, weight
+
+
+def _both(dtype, hidden, weight, labels, chunk, opts):
+    """(loss, d hidden, d weight, dL/dlogits) of the chunked and of the materialized loss."""
+
+    def chunked(h, w):
+        return numerics.linear_cross_entropy(h, w, labels, chunk_size=chunk, **opts)
+
+    def materialized(h, w):
+        logits = jnp.dot(h, w, preferred_element_type=jnp.float64 if dtype == F64 else F32)
+        return numerics.cross_entropy(logits.astype(h.dtype), labels, **opts)
+
+    @jax.jit
+    def run(h, w):
+        out = []
+        for f in (chunked, materialized):
+            loss, vjp = jax.vjp(f, h, w)
+            out.append((loss, *vjp(jnp.ones_like(loss))))
+        logits = jnp.dot(h, w, preferred_element_type=jnp.float64 if dtype == F64 else F32)
+        g = jax.grad(lambda z: numerics.cross_entropy(z, labels, **opts).sum())(
+            logits.astype(h.dtype)
+        )
+        return out, g
+
+    return run(jnp.asarray(hidden), jnp.asarray(weight))
+
+
+def _dot_ulps(got, want, size, dtype):
+    """|got - want| of a dot product in ulps of `size`, the sum of its terms' magnitudes:
+    the gradients of one row sum to zero, so d hidden cancels and only this scale is
+    meaningful (as `numerics.testing` measures option gradients in ulps of their terms)."""
+    err = np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))
+    return err / oracle.ulp(np.maximum(size, 1e-300), dtype)
+
+
+# (V, chunk): V not a multiple of the chunk (targets in the first, a middle and the last,
+# partial, chunk, its last column included), one chunk, V = 1.
+LAYOUTS = [(37, 8), (37, 64), (1, 4)]
+FAST = {(F16, "all"), (F64, "all")}  # the rest: -m slow (every dtype runs by default below)
+
+
+def _dtypes(fast):
+    """DTYPES, all but `fast` marked slow."""
+    return [
+        pytest.param(d, marks=() if d in fast else pytest.mark.slow, id=np.dtype(d).name)
+        for d in DTYPES
+    ]
+
+
+def _matrix():
+    return [
+        pytest.param(
+            dtype,
+            opts,
+            marks=() if (dtype, name) in FAST else pytest.mark.slow,
+            id=f"{np.dtype(dtype).name}-{name}",
+        )
+        for dtype in DTYPES
+        for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(("dtype", "opts"), _matrix())
+def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
+    dtype = np.dtype(dtype)
+    value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
+    grad = 2 * ULPS["grad"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["grad"]
+    with jax.enable_x64(dtype == F64):
+        for v, chunk in LAYOUTS:
+            n = 8
+            hidden, weight = _case(dtype, n, 16, v, 0)
+            labels = jnp.asarray(np.array([0, 1, chunk - 1, chunk, v // 2, v - 2, v - 1, 3]) % v)
+            ((loss, dh, dw), (loss_m, dh_m, dw_m)), g = _both(
+                dtype, hidden, weight, labels, chunk, opts
+            )
+            assert loss.dtype == dh.dtype == dw.dtype == dtype
+            where = f"V={v} chunk={chunk}"
+            bound = 1 if dtype.itemsize == 2 else value
+            assert_ulp_close(loss, np.asarray(loss_m, np.float64), bound, dtype, err_msg=where)
+            # d hidden = g w^T and d weight = h^T g, from the same rounded g in both: they
+            # agree to the gradients' bound plus log2 of the terms summed, in ulps of the
+            # sum of the terms' magnitudes (16-bit: 1 ulp, both rounding float32 sums).
+            g = np.abs(np.asarray(g, np.float64))
+            h_abs, w_abs = np.abs(hidden.astype(np.float64)), np.abs(weight.astype(np.float64))
+            for got, want, size, k in ((dh, dh_m, g @ w_abs.T, v), (dw, dw_m, h_abs.T @ g, n)):
+                ulps = _dot_ulps(got, want, size, dtype)
+                limit = (1 if dtype.itemsize == 2 else grad) + np.log2(max(k, 2))
+                assert ulps.max() <= limit, (where, float(ulps.max()), limit)
+
+
+@pytest.mark.parametrize("dtype", _dtypes({BF16}))
+def test_weight_and_hidden_gradients_against_mpmath(dtype):
+    opts = {"z_loss": 1e-2, "soft_cap": 5.0, "label_smoothing": 0.2}
+    n, v = 6, 23
+    hidden, weight = _case(np.dtype(dtype), n, 5, v, 1)
+    labels = np.array([0, 7, 8, 15, 16, 22])
+    with jax.enable_x64(dtype == F64):
+        f = functools.partial(numerics.linear_cross_entropy, chunk_size=8, **opts)
+        per_row, vjp = jax.vjp(
+            lambda h, w: f(h, w, labels), jnp.asarray(hidden), jnp.asarray(weight)
+        )
+        dh, dw = jax.jit(vjp)(jnp.ones_like(per_row))
+    exact_loss, exact_dh, exact_dw = oracle.linear_cross_entropy_value_and_grad(
+        hidden, weight, labels, exact=True, **opts
+    )
+    # Under the cap c = 5 the capped logits carry CAP_ULPS |z'| <= 5 CAP_ULPS ulps and the
+    # slope 3 |z / c| + 2 (`numerics.testing.OPTION_ULPS`' reasoning).
+    logits = hidden.astype(np.float64) @ weight.astype(np.float64)
+    cap = testing.CAP_ULPS * 5
+    value = ULPS["value"][dtype] + CHUNK_ULPS + testing.OPTION_ULPS["value"] + cap
+    assert_ulp_close(per_row, exact_loss, value, dtype, err_msg="per-row loss")
+    # Each gradient entry g_ij within G ulps of its terms' scale (<= 1 + 2 w lse + alpha);
+    # d hidden = g w^T and d weight = h^T g are dot products of exact entries with them,
+    # held to G + log2(terms) ulps of sum |g| |w| (resp. |h| |g|), their conditioning.
+    slope = 3 * np.abs(logits / 5).max() + 2
+    grad = ULPS["grad"][dtype] + CHUNK_ULPS + testing.OPTION_ULPS["grad"] + cap + slope
+    g_scale = 2.0  # |g_j| <= (1 + 2 w lse) q_j + alpha <= 2 here (lse < 10)
+    for got, exact, size, k in (
+        (dh, exact_dh, g_scale * np.abs(weight.astype(np.float64)).sum(1)[None, :], v),
+        (dw, exact_dw, g_scale * np.abs(hidden.astype(np.float64)).sum(0)[:, None], n),
+    ):
+        err = np.abs(np.asarray(got, np.float64) - exact.astype(np.float64))
+        ulps = err / oracle.ulp(np.broadcast_to(size, err.shape), dtype)
+        assert ulps.max() <= grad + np.log2(k), (ulps.max(), grad + np.log2(k))
+
+
+@pytest.mark.parametrize("dtype", _dtypes({BF16, F32}))
+def test_linear_check_passes_in_every_dtype(dtype):
+    # The audit's check: margins around the cliff and to underflow through the identity
+    # weight, random rows up to K = 100 (quick).
+    testing.check_linear_cross_entropy(numerics.linear_cross_entropy, dtype, quick=True).assert_ok()
+
+
+def test_precision_policy_accumulates_bf16_in_float32():
+    # Column 0 sums 257 ones, column 1 256: a bf16 accumulator (8 significand bits) stops
+    # at 256 in both, float32 accumulation keeps logits [257, 256], so the loss of label 1
+    # is log1p(e) = 1.31 rather than log 2 = 0.69.
+    hidden = jnp.ones((1, 257), BF16)
+    weight = jnp.ones((257, 2), BF16).at[0, 1].set(0)
+    run = jax.jit(
+        lambda h, w: (
+            numerics.linear_cross_entropy(h, w, jnp.array([1])),
+            numerics.cross_entropy(jnp.dot(h, w, preferred_element_type=F32), jnp.array([1])),
+        )
+    )
+    got, want = run(hidden, weight)
+    assert got.dtype == BF16
+    np.testing.assert_array_equal(np.asarray(got, F32), np.asarray(want.astype(BF16), F32))
+    np.testing.assert_allclose(float(want[0]), np.log1p(np.e), rtol=1e-6)
+
+
+def test_matmul_precision_is_pinned_highest():
+    jaxpr = jax.make_jaxpr(
+        lambda h, w: jax.value_and_grad(
+            lambda h, w: numerics.linear_cross_entropy(h, w, jnp.array([0, 1]), reduction="sum"),
+            (0, 1),
+        )(h, w)
+    )(jnp.ones((2, 3)), jnp.ones((3, 5)))
+    # Each dot_general equation spans lines; its precision line follows its header.
+    dots = str(jaxpr).split("dot_general[")[1:]
+    assert len(dots) == 4  # forward, backward's recomputation, d hidden, d weight
+    assert all("precision=(Precision.HIGHEST, Precision.HIGHEST)" in d[:200] for d in dots)
+
+
+def test_batch_shapes_jit_vmap_and_reductions():
+    rng = np.random.default_rng(3)
+    hidden = jnp.asarray(rng.standard_normal((2, 3, 4)), F32)  # (B, T, D)
+    weight = jnp.asarray(rng.standard_normal((4, 11)), F32)
+    labels = jnp.asarray(rng.integers(0, 11, (2, 3)))
+    where = jnp.array([[True, True, False], [True, False, False]])
+    f = functools.partial(numerics.linear_cross_entropy, chunk_size=4)
+
+    @jax.jit
+    def everything(hidden, weight):
+        def mean_with(**kw):
+            return jax.value_and_grad(
+                lambda h, w: f(h, w, kw.pop("t", labels), reduction="mean", **kw), (0, 1)
+            )(hidden, weight)
+
+        return {
+            "per": f(hidden, weight, labels),
+            "want": numerics.cross_entropy(jnp.einsum("btd,dv->btv", hidden, weight), labels),
+            "vmapped": jax.vmap(lambda h, t: f(h, weight, t))(hidden, labels),
+            "sum": f(hidden, weight, labels, where=where, reduction="sum"),
+            "where": mean_with(where=where),
+            # Ignored positions: loss 0, gradient 0 (their labels unchecked), as `where`.
+            "ignored": mean_with(t=jnp.where(where, labels, -100), ignore_index=-100),
+            "none": mean_with(where=jnp.zeros((2, 3), bool)),
+        }
+
+    out = everything(hidden, weight)
+    per, want = out["per"], out["want"]
+    assert per.shape == (2, 3)
+    np.testing.assert_allclose(per, want, rtol=1e-6)
+    np.testing.assert_allclose(out["vmapped"], per, rtol=1e-6)
+    kept = np.asarray(where)
+    np.testing.assert_allclose(out["where"][0], np.asarray(want)[kept].mean(), rtol=1e-6)
+    np.testing.assert_allclose(out["sum"], np.asarray(want)[kept].sum(), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(out["ignored"]), jax.tree.leaves(out["where"]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.all(np.asarray(out["where"][1][0])[~kept] == 0)
+    # No kept position: mean 0 and gradient 0.
+    loss, (dh, dw) = out["none"]
+    assert float(loss) == 0 and not np.asarray(dh).any() and not np.asarray(dw).any()
+
+
+def test_traced_out_of_range_labels_give_nan():
+    hidden, weight = jnp.ones((2, 3)), jnp.ones((3, 4))
+    labels = jnp.array([1, 4])
+    loss = jax.jit(numerics.linear_cross_entropy)(hidden, weight, labels)
+    assert np.isfinite(loss[0]) and np.isnan(loss[1])
+    dh = jax.jit(jax.grad(lambda h, t: numerics.linear_cross_entropy(h, weight, t).sum()))(
+        hidden, labels
+    )
+    assert np.all(np.isfinite(dh[0])) and np.all(np.isnan(dh[1]))
+
+
+def test_forward_mode_raises():
+    # Reverse mode only (custom_vjp); the docstring says why.
+    with pytest.raises(TypeError):
+        jax.jvp(
+            lambda h: numerics.linear_cross_entropy(h, jnp.ones((3, 4)), jnp.array([0, 1])),
+            (jnp.ones((2, 3)),),
+            (jnp.ones((2, 3)),),
+        )
+
+
+def test_bad_input_raises_one_clear_error():
+    h, w, t = jnp.ones((2, 3)), jnp.ones((3, 4)), jnp.array([0, 1])
+    f = numerics.linear_cross_entropy
+    cases = [
+        (lambda: f(h, jnp.ones((4, 4)), t), ValueError, "disagree on D.*embedding.T"),
+        (lambda: f(h, w, jnp.array([0, 4])), ValueError, r"\[0, 4\)"),
+        (lambda: f(h, w, jnp.array([-1, 0])), ValueError, r"\[0, 4\)"),
+        (lambda: f(h, w, t, chunk_size=0), ValueError, "chunk_size must be > 0"),
+        (lambda: f(h, w, t, chunk_size=2.0), TypeError, "chunk_size must be an int"),
+        (lambda: f(h, w, t, soft_cap=0.0), ValueError, "soft_cap must be"),
+        (lambda: f(h, w, t, soft_cap=-1), ValueError, "soft_cap must be"),
+        (lambda: f(h, w, t, label_smoothing=1.0), ValueError, r"label_smoothing must lie"),
+        (lambda: f(h, w, t, label_smoothing=-0.1), ValueError, r"label_smoothing must lie"),
+        (lambda: f(h, w, t, z_loss=-1e-4), ValueError, "z_loss must be"),
+        (lambda: f(h.astype(jnp.int32), w, t), TypeError, "hidden must be a floating"),
+        (lambda: f(h, w.astype(jnp.int32), t), TypeError, "weight must be a floating"),
+        (lambda: f(h, w.astype(BF16), t), TypeError, "same dtype"),
+        (lambda: f(h, w, t, reduction="avg"), ValueError, "reduction must be"),
+        (lambda: f(h, w, jnp.array([0, 1, 2])), ValueError, "labels of shape"),
+        (lambda: f(h, w, t, where=jnp.ones(2)), ValueError, "where must be a boolean"),
+        (lambda: f(h, jnp.ones((3,)), t), ValueError, r"weight \(D, V\)"),
+    ]
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+    # Padding and ignored positions' labels are not checked.
+    assert f(h, w, jnp.array([0, 9]), where=jnp.array([True, False]))[1] == 0
+    assert f(h, w, jnp.array([0, -100]), ignore_index=-100)[1] == 0
+
+
+@pytest.mark.parametrize("dtype", [BF16, pytest.param(F16, marks=pytest.mark.slow)], ids=str)
+def test_sixteen_bit_inputs_keep_their_dtype_and_use_float32_inside(dtype):
+    hidden, weight = _case(np.dtype(dtype), 4, 8, 9, 2)
+    labels = jnp.array([0, 3, 8, 4])
+
+    def mean(h, w):
+        return numerics.linear_cross_entropy(h, w, labels, chunk_size=4, reduction="mean")
+
+    loss, (dh, dw) = jax.jit(jax.value_and_grad(mean, (0, 1)))(
+        jnp.asarray(hidden), jnp.asarray(weight)
+    )
+    assert loss.dtype == dh.dtype == dw.dtype == dtype
+    # The mean is reduced in float32 and rounded once.
+    per_row = jax.jit(numerics.linear_cross_entropy)(
+        jnp.asarray(hidden.astype(F32)), jnp.asarray(weight.astype(F32)), labels
+    )
+    assert_ulp_close(np.asarray(loss)[None], np.asarray(per_row.mean())[None], 1, dtype)
