@@ -49,9 +49,15 @@ def _dot(a, b):
     return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=ctype)
 
 
-def _logits(hidden_NxD, weight_DxC):
-    """One chunk's logits in the compute dtype (`_dot`)."""
-    return _dot(hidden_NxD, weight_DxC)
+def _logits(hidden_NxD, weight_DxC, bias_C):
+    """One chunk's logits in the compute dtype (`_dot`), the bias (if any) added there."""
+    z = _dot(hidden_NxD, weight_DxC)
+    return z if bias_C is None else z + bias_C.astype(z.dtype)[None, :]
+
+
+def _bias_chunk(bias, start, size):
+    """The bias's columns [start, start + size) (None without a bias)."""
+    return None if bias is None else jax.lax.dynamic_slice_in_dim(bias, start, size)
 
 
 def _chunks(num_classes: int, chunk: int) -> tuple[int, int]:
@@ -60,79 +66,105 @@ def _chunks(num_classes: int, chunk: int) -> tuple[int, int]:
     return num_classes // chunk, num_classes % chunk
 
 
-def _stats(hidden, weight, labels, opts: LossOptions, chunk: int) -> ChunkStats:
+def _stats(hidden, weight, bias, labels, opts: LossOptions, chunk: int) -> ChunkStats:
     """The combined per-row statistics, one chunk of logits alive at a time."""
     full, rest = _chunks(weight.shape[1], chunk)
 
-    def one(w_chunk, start):
-        return chunk_stats(capped(_logits(hidden, w_chunk), opts), labels - start, None, opts)
+    def one(w_chunk, start, size):
+        z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
+        return chunk_stats(capped(z, opts), labels - start, None, opts)
 
     def step(_, i):
         start = i * chunk
-        return None, one(jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1), start)
+        return None, one(jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1), start, chunk)
 
     parts = []
     if full:
         parts.append(jax.lax.scan(step, None, jnp.arange(full, dtype=labels.dtype))[1])
     if rest:
-        last = one(weight[:, full * chunk :], full * chunk)
+        last = one(weight[:, full * chunk :], full * chunk, rest)
         parts.append(jax.tree.map(lambda v: v[None], last))
     stacked = jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts)
     return combine(stacked)
 
 
-def _forward(hidden, weight, labels, opts, chunk):
-    stats = _stats(hidden, weight, labels, opts, chunk)
+def _forward(hidden, weight, bias, labels, opts, chunk):
+    stats = _stats(hidden, weight, bias, labels, opts, chunk)
     kept_t = jnp.ones(labels.shape, bool)
     return finish(stats, kept_t, opts)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _linear(hidden, weight, labels, opts, chunk):
-    return _forward(hidden, weight, labels, opts, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _linear(hidden, weight, bias, labels, opts, chunk):
+    return _forward(hidden, weight, bias, labels, opts, chunk)[0]
 
 
-def _linear_fwd(hidden, weight, labels, opts, chunk):
-    loss, terms = _forward(hidden, weight, labels, opts, chunk)
+def _linear_fwd(hidden, weight, bias, labels, opts, chunk):
+    loss, terms = _forward(hidden, weight, bias, labels, opts, chunk)
     # O(N) statistics only: the backward recomputes each chunk's logits.
-    return loss, (hidden, weight, labels, terms)
+    return loss, (hidden, weight, bias, labels, terms)
 
 
 def _linear_bwd(opts, chunk, residuals, cotangent):
-    hidden, weight, labels, terms = residuals
+    hidden, weight, bias, labels, terms = residuals
     ctype = compute_dtype(hidden.dtype)
     full, rest = _chunks(weight.shape[1], chunk)
     kept_t = jnp.ones(labels.shape, bool)
     scale = cotangent.astype(ctype)[:, None]
 
-    def one(w_chunk, start):
-        g = chunk_grad(_logits(hidden, w_chunk), labels - start, None, kept_t, terms, opts)
+    def one(w_chunk, start, size):
+        z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
+        g = chunk_grad(z, labels - start, None, kept_t, terms, opts)
         # g rounds once to the inputs' dtype, as the materialized loss's gradient does;
-        # both products accumulate in the compute dtype.
+        # the products and the bias's column sums accumulate in the compute dtype.
         g = (g * scale).astype(hidden.dtype)
-        return _dot(g, w_chunk.T), _dot(hidden.T, g).astype(weight.dtype)
+        db = None if bias is None else jnp.sum(g.astype(ctype), axis=0).astype(bias.dtype)
+        return _dot(g, w_chunk.T), _dot(hidden.T, g).astype(weight.dtype), db
 
-    def step(carry, i):
-        d_hidden, d_weight = carry
-        start = i * chunk
-        dh, dw = one(jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1), start)
+    def write(d_weight, d_bias, dw, db, start):
         # The weight gradient is written chunk by chunk in place: stacking the chunks
         # and transposing would cost a second (D, V) array.
-        return (d_hidden + dh, jax.lax.dynamic_update_slice_in_dim(d_weight, dw, start, 1)), None
+        d_weight = jax.lax.dynamic_update_slice_in_dim(d_weight, dw, start, 1)
+        if bias is not None:
+            d_bias = jax.lax.dynamic_update_slice_in_dim(d_bias, db, start, 0)
+        return d_weight, d_bias
 
-    carry = (jnp.zeros(hidden.shape, ctype), jnp.zeros(weight.shape, weight.dtype))
+    def step(carry, i):
+        d_hidden, d_weight, d_bias = carry
+        start = i * chunk
+        w_chunk = jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1)
+        dh, dw, db = one(w_chunk, start, chunk)
+        return (d_hidden + dh, *write(d_weight, d_bias, dw, db, start)), None
+
+    d_bias = None if bias is None else jnp.zeros(bias.shape, bias.dtype)
+    carry = (jnp.zeros(hidden.shape, ctype), jnp.zeros(weight.shape, weight.dtype), d_bias)
     if full:
         carry = jax.lax.scan(step, carry, jnp.arange(full, dtype=labels.dtype))[0]
-    d_hidden, d_weight = carry
+    d_hidden, d_weight, d_bias = carry
     if rest:
-        dh, dw = one(weight[:, full * chunk :], full * chunk)
+        dh, dw, db = one(weight[:, full * chunk :], full * chunk, rest)
         d_hidden = d_hidden + dh
-        d_weight = jax.lax.dynamic_update_slice_in_dim(d_weight, dw, full * chunk, 1)
+        d_weight, d_bias = write(d_weight, d_bias, dw, db, full * chunk)
     zero_labels = np.zeros(labels.shape, jax.dtypes.float0)
-    return d_hidden.astype(hidden.dtype), d_weight, zero_labels
+    return d_hidden.astype(hidden.dtype), d_weight, d_bias, zero_labels
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+def _check_bias(bias, dtype, num_classes: int):
+    """The bias as an array of shape (V,) and the hidden's dtype, or None."""
+    if bias is None:
+        return None
+    bias = _checks.check_float(bias, "bias")
+    if bias.dtype != dtype:
+        raise TypeError(
+            f"bias ({bias.dtype}) must have the dtype of hidden and weight ({dtype}): the lab "
+            "never promotes precision silently."
+        )
+    if bias.shape != (num_classes,):
+        raise ValueError(f"bias must have shape (V,) = ({num_classes},); got {bias.shape}.")
+    return bias
 
 
 def _check_linear(hidden, weight, labels, where, ignore_index, chunk_size, reduction):
@@ -195,6 +227,7 @@ def linear_cross_entropy(
     weight: ArrayLike,
     labels: ArrayLike,
     *,
+    bias: ArrayLike | None = None,
     where: ArrayLike | None = None,
     ignore_index: int | None = None,
     reduction: str = "none",
@@ -205,8 +238,8 @@ def linear_cross_entropy(
 ) -> jax.Array:
     r"""Cross-entropy of the logits hidden @ weight, never holding the (..., V) logits.
 
-    The language-model head and its loss in one: with z = hidden @ weight (hidden
-    (..., D), weight (D, V)), the result is `cross_entropy(z, labels, z_loss=...,
+    The language-model head and its loss in one: with z = hidden @ weight (+ bias) (hidden
+    (..., D), weight (D, V), bias (V,)), the result is `cross_entropy(z, labels, z_loss=...,
     soft_cap=..., label_smoothing=...)`, computed over the vocabulary in chunks of
     `chunk_size` columns, so only (N, chunk_size) logits exist at a time. Per chunk c,
     the capped logits give m_c = max z, s_c = sum_{j != t} e^(z_j - m_c) (the target's
@@ -257,6 +290,8 @@ def linear_cross_entropy(
     Args:
       hidden: (..., D) floating-point activations (bf16, fp16, fp32 or fp64).
       weight: (D, V) of the same dtype.
+      bias: optional (V,) of the same dtype, added to each chunk's logits in the compute
+        dtype (as Liger-Kernel's fused loss takes one); its gradient sums g over the rows.
       labels: integer targets of shape hidden.shape[:-1].
       where: optional boolean mask of the labels' shape: False positions (padding) are
         left out, as optax's per-example `where`.
@@ -274,6 +309,7 @@ def linear_cross_entropy(
     hidden, weight, labels, kept, chunk = _check_linear(
         hidden, weight, labels, where, ignore_index, chunk_size, reduction
     )
+    bias = _check_bias(bias, hidden.dtype, weight.shape[1])
     shape = labels.shape
     ctype = compute_dtype(hidden.dtype)
     h = hidden.reshape(-1, hidden.shape[-1])
@@ -289,7 +325,7 @@ def linear_cross_entropy(
             # its cotangent are 0, so they add 0 to both gradients.
             t = jnp.where(keep, t, 0)
         valid = (t >= 0) & (t < weight.shape[1])
-        loss = _linear(h, weight, jnp.where(valid, t, 0), opts, chunk)
+        loss = _linear(h, weight, bias, jnp.where(valid, t, 0), opts, chunk)
         # A product, not a select: an invalid label's NaN reaches the cotangent too, so
         # the gradients are NaN, as the materialized loss's are.
         loss = loss * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))

@@ -29,9 +29,9 @@ from tasks.quant import (
     Corpus,
     QuantModelConfig,
     decay_mask,
-    lm_loss_sums,
+    lm_head_loss_sums,
     make_quant_batch,
-    quant_model_apply,
+    quant_model_hidden,
     quant_model_init,
     stack_batches,
 )
@@ -75,8 +75,10 @@ def _programs(
     mask = dict(mask_items)
 
     def loss_fn(params, batch, gamma, zeta):
-        logits = quant_model_apply(params, batch["tokens"], batch["segments"], model, gamma, zeta)
-        ce_sum, w_sum = lm_loss_sums(logits, batch["labels"], batch["weights"])
+        # The LM head and its loss in one pass (numerics.linear_cross_entropy), as language
+        # models train; evaluation reads the materialized logits (tasks.quant._probe).
+        h = quant_model_hidden(params, batch["tokens"], batch["segments"], model, gamma, zeta)
+        ce_sum, w_sum = lm_head_loss_sums(params, h, batch["labels"], batch["weights"])
         return ce_sum / jnp.maximum(w_sum, 1.0)
 
     @jax.jit

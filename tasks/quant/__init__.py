@@ -21,8 +21,10 @@ from tasks.quant._models import MATMUL_PRECISION as MATMUL_PRECISION
 from tasks.quant._models import PYDOC_CHAR_VOCAB_SIZE as PYDOC_CHAR_VOCAB_SIZE
 from tasks.quant._models import QuantModelConfig as QuantModelConfig
 from tasks.quant._models import decay_mask as decay_mask
+from tasks.quant._models import lm_head_loss_sums as lm_head_loss_sums
 from tasks.quant._models import lm_loss_sums as lm_loss_sums
 from tasks.quant._models import quant_model_apply as quant_model_apply
+from tasks.quant._models import quant_model_hidden as quant_model_hidden
 from tasks.quant._models import quant_model_init as quant_model_init
 from tasks.quant._models import weight_names as weight_names
 from tasks.quant._probe import make_quant_probe as make_quant_probe

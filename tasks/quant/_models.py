@@ -214,6 +214,22 @@ def quant_model_apply(
     """Logits (B, T, V). gamma/zeta: the clipped softmax (0, 1 is the plain softmax).
 
     Every dot is traced under `MATMUL_PRECISION`."""
+    h = quant_model_hidden(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap)
+    with jax.default_matmul_precision(MATMUL_PRECISION):
+        return _dense(h, params["head.w"], params["head.b"])  # the final head stays in float
+
+
+def quant_model_hidden(
+    params: dict,
+    tokens_BxT: jax.Array,
+    segments_BxT: jax.Array,
+    cfg: QuantModelConfig,
+    gamma: jax.Array | float = 0.0,
+    zeta: jax.Array | float = 1.0,
+    tap: Tap = identity_tap,
+) -> jax.Array:
+    """The final hidden states (B, T, D) that the LM head reads (`quant_model_apply` without
+    its head; `lm_head_loss_sums` takes them). Every dot is traced under `MATMUL_PRECISION`."""
     with jax.default_matmul_precision(MATMUL_PRECISION):
         return _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap)
 
@@ -260,7 +276,7 @@ def _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap) -> jax.Array
             h = tap(pre + "ffn_res", h + ffn(f_in))
     if cfg.family == "decoder":
         h = tap("final_ln", ln(h, p["final_ln.scale"], p["final_ln.bias"]))
-    return _dense(h, p["head.w"], p["head.b"])  # the final head stays in float
+    return h
 
 
 def lm_loss_sums(
@@ -268,4 +284,15 @@ def lm_loss_sums(
 ) -> tuple[jax.Array, jax.Array]:
     """(sum of weighted cross-entropies, sum of weights), with the lab's fixed cross-entropy."""
     ce = numerics.cross_entropy(logits_BxTxV, labels_BxT)
+    return jnp.sum(ce * weights_BxT), jnp.sum(weights_BxT)
+
+
+def lm_head_loss_sums(
+    params: dict, hidden_BxTxD: jax.Array, labels_BxT: jax.Array, weights_BxT: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """`lm_loss_sums` of the head's logits, through `numerics.linear_cross_entropy`: the head
+    (weight and bias) and the fixed cross-entropy in one, the way language models train."""
+    ce = numerics.linear_cross_entropy(
+        hidden_BxTxD, params["head.w"], labels_BxT, bias=params["head.b"]
+    )
     return jnp.sum(ce * weights_BxT), jnp.sum(weights_BxT)

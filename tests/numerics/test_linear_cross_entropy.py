@@ -328,3 +328,58 @@ def test_sixteen_bit_inputs_keep_their_dtype_and_use_float32_inside(dtype):
         jnp.asarray(hidden.astype(F32)), jnp.asarray(weight.astype(F32)), labels
     )
     assert_ulp_close(np.asarray(loss)[None], np.asarray(per_row.mean())[None], 1, dtype)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32, pytest.param(F64, marks=pytest.mark.slow)], ids=str)
+def test_bias_matches_the_materialized_head_with_a_bias(dtype):
+    """hidden @ weight + bias, chunked, against the materialized loss on the same logits
+    (dyadic entries: the logits are exact in the dtype), with the bounds of the test above;
+    d bias = the column sums of g, to the gradient bound plus log2 N roundings of the sum."""
+    dtype = np.dtype(dtype)
+    value = 2 * ULPS["value"][dtype] + CHUNK_ULPS
+    grad = 2 * ULPS["grad"][dtype] + CHUNK_ULPS
+    v, chunk, n = 37, 8, 8
+    hidden, weight = _case(dtype, n, 16, v, 1)
+    bias = _dyadic(np.random.default_rng(2), (v,), dtype)
+    labels_np = np.array([0, 1, chunk - 1, chunk, v // 2, v - 2, v - 1, 3])
+    acc = jnp.float64 if dtype == F64 else F32
+
+    def chunked(h, w, b):
+        return numerics.linear_cross_entropy(h, w, labels, bias=b, chunk_size=chunk).sum()
+
+    def materialized(h, w, b):
+        logits = jnp.dot(h, w, preferred_element_type=acc) + b.astype(acc)[None, :]
+        return numerics.cross_entropy(logits.astype(h.dtype), labels).sum()
+
+    with jax.enable_x64(dtype == F64):
+        labels = jnp.asarray(labels_np)
+        args = (jnp.asarray(hidden), jnp.asarray(weight), jnp.asarray(bias))
+        (loss, grads), (loss_m, grads_m) = (
+            jax.jit(jax.value_and_grad(f, (0, 1, 2)))(*args) for f in (chunked, materialized)
+        )
+        g = jax.grad(lambda z: numerics.cross_entropy(z, labels).sum())(
+            (
+                jnp.dot(args[0], args[1], preferred_element_type=acc) + args[2].astype(acc)[None, :]
+            ).astype(dtype)
+        )
+    assert grads[2].dtype == dtype and grads[2].shape == (v,)
+    # n losses summed: the sum's roundings on top of each loss's bound.
+    bound = (1 if dtype.itemsize == 2 else value) + np.log2(n)
+    assert_ulp_close(loss, np.asarray(loss_m, np.float64), bound, dtype)
+    size = np.abs(np.asarray(g, np.float64)).sum(0)
+    ulps = _dot_ulps(grads[2], grads_m[2], size, dtype)
+    assert ulps.max() <= (1 if dtype.itemsize == 2 else grad) + np.log2(n), float(ulps.max())
+    for got, want in zip(grads[:2], grads_m[:2], strict=True):  # the bias moves nothing else
+        assert np.all(np.isfinite(np.asarray(got, np.float64)))
+        assert got.shape == want.shape
+
+
+def test_bias_errors():
+    h, w = jnp.ones((2, 3)), jnp.ones((3, 5))
+    t = jnp.array([0, 4])
+    with pytest.raises(ValueError, match=r"bias must have shape \(V,\) = \(5,\)"):
+        numerics.linear_cross_entropy(h, w, t, bias=jnp.ones(4))
+    with pytest.raises(TypeError, match="bias"):
+        numerics.linear_cross_entropy(h, w, t, bias=jnp.ones(5, jnp.bfloat16))
+    with pytest.raises(TypeError, match="bias"):
+        numerics.linear_cross_entropy(h, w, t, bias=jnp.ones(5, jnp.int32))
