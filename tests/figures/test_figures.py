@@ -648,9 +648,7 @@ def test_quant_figure_and_claims_on_a_tiny_lab(tmp_path, monkeypatch):
     # The encoder only, at tests/grokbench/test_quant.py's TINY sizes: the two tests then
     # share their compiled programs; the decoder's training path is test_quant.py's.
     picked = {"families": ("encoder",), "variants": ("vanilla", "clipped")}
-    monkeypatch.setattr(
-        quant_lab, "quant_configs", lambda quick, *_: real(quick, picked, recipe)
-    )
+    monkeypatch.setattr(quant_lab, "quant_configs", lambda quick, *_: real(quick, picked, recipe))
     ctx = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
     files = registry.builds()["quant"](ctx)
     assert {"quant_table.json", "quant_table.md"} <= {p.name for p in files}
