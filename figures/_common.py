@@ -36,6 +36,7 @@ __all__ = [
     "mark_cliffs",
     "new_figure",
     "save",
+    "save_to",
     "select",
     "style",
 ]
@@ -186,7 +187,12 @@ def select(runs: Sequence[Run], **where: Any) -> list[Run]:
 
 def save(fig, ctx: Context, name: str) -> list[pathlib.Path]:
     """Write OUT/NAME.png and OUT/NAME.pdf (each atomically), close the figure, return paths."""
-    paths = [ctx.out / f"{name}.png", ctx.out / f"{name}.pdf"]
+    return save_to(fig, ctx.out, name)
+
+
+def save_to(fig, out: pathlib.Path, name: str) -> list[pathlib.Path]:
+    """`save` into the directory `out` (for figures drawn outside a build: `grokbench quant`)."""
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
     try:
         for path in paths:
             buf = io.BytesIO()

@@ -9,52 +9,49 @@ from whatever finished runs of this scale the store holds.
 
 from __future__ import annotations
 
-import importlib
 import pathlib
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
+from figures import registry
 from figures._common import Context
+from grokbench.config import ConfigError, did_you_mean
 from grokbench.store import Store
 
-__all__ = ["ALIASES", "FIGURES", "build", "resolve"]
-
-FIGURES: dict[str, tuple[str, str]] = {
-    "fig1a": ("figures.fig1", "draw_fig1a"),
-    "fig1b": ("figures.fig1", "draw_fig1b"),
-    "fig2": ("figures.fig2", "draw"),
-    "fig3": ("figures.fig3", "draw"),
-    "fig4": ("figures.fig4", "draw"),
-    "fig5": ("figures.table1", "draw_fig5"),
-    "table1": ("figures.table1", "write_table"),
-    "fig6": ("figures.fig6", "draw"),
-    "fig7": ("figures.fig7", "draw"),
-    "quant": ("figures.quant", "draw"),
-    "setup_study": ("figures.setup_study", "draw"),
-    "progress": ("figures.progress", "draw"),
-}
-"""Every figure/table by name -> (module, function taking a Context, returning paths)."""
-
-ALIASES: dict[str, tuple[str, ...]] = {"fig1": ("fig1a", "fig1b")}
-"""Names that stand for several figures."""
+__all__ = ["build", "check_names", "names", "resolve"]
 
 
-def resolve(names: Sequence[str]) -> list[str]:
+def names() -> list[str]:
+    """Every name `grokbench figures` takes: each build, then the aliases (fig1)."""
+    return [*registry.builds(), *registry.aliases()]
+
+
+def resolve(wanted_names: Sequence[str]) -> list[str]:
     """Figure names in canonical order (all if none given); ValueError names unknown ones."""
+    builds, aliases = registry.builds(), registry.aliases()
     wanted: list[str] = []
-    for name in names:
-        wanted.extend(ALIASES.get(name, (name,)))
-    unknown = sorted(set(wanted) - set(FIGURES))
+    for name in wanted_names:
+        wanted.extend(aliases.get(name, (name,)))
+    unknown = sorted(set(wanted) - set(builds))
     if unknown:
-        known = ", ".join([*FIGURES, *ALIASES])
-        raise ValueError(f"unknown figure(s) {', '.join(unknown)}; known: {known}")
-    return [n for n in FIGURES if not wanted or n in wanted]
+        raise ValueError(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(names())}")
+    return [n for n in builds if not wanted or n in wanted]
 
 
-def _function(name: str) -> Callable[[Context], list[pathlib.Path]]:
-    module, attr = FIGURES[name]
-    return getattr(importlib.import_module(module), attr)
+def check_names(wanted: Sequence[str]) -> None:
+    """ConfigError, with suggestions, unless every name is a figure; a recipe gets its figure."""
+    from grokbench import recipes
+
+    known = names()
+    for name in wanted:
+        if name in known:
+            continue
+        if name in recipes.RECIPES:
+            figure = registry.figure_of().get(name)
+            which = f"its figure is {figure}" if figure else f"figures: {', '.join(known)}"
+            raise ConfigError(f"{name} is a recipe (grokbench run {name}); {which}")
+        raise ConfigError(f"unknown figure(s) {name}; {did_you_mean(name, known)}")
 
 
 def build(
@@ -82,7 +79,7 @@ def build(
     for name in resolve(names):
         t0 = time.perf_counter()
         log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
-        written[name] = _function(name)(ctx)
+        written[name] = registry.builds()[name](ctx)
         files = ", ".join(p.name for p in written[name])
         log(f"[{ctx.scale}] {name}: {files} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if report:

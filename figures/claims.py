@@ -26,10 +26,8 @@ from figures._common import Run
 
 __all__ = [
     "FAILS",
-    "FIGURE_OF",
     "HOLDS",
     "NOT_TESTED",
-    "RUN_ONLY",
     "Evidence",
     "Row",
     "claim_row",
@@ -40,23 +38,6 @@ __all__ = [
 ]
 
 HOLDS, FAILS, NOT_TESTED = "holds", "fails", "not tested"
-
-FIGURE_OF: dict[str, str] = {
-    "fig2-top": "fig2",
-    "fig2-bottom": "fig2",
-    "fig2-bottom-cube": "fig2",
-    "table1": "table1",
-    "fig4": "fig4",
-    "fig6-mod113": "fig6",
-    "fig6-mod31": "fig6",
-    "fig6-sq": "fig6",
-    "fig6-cube": "fig6",
-    "fig7": "fig7",
-}
-"""The `grokbench figures` name whose build makes each recipe's runs."""
-
-RUN_ONLY: tuple[str, ...] = ("orthograd", "eps-settle")
-"""Recipes the report reads that no figure draws: `grokbench run NAME` makes their runs."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,10 +72,12 @@ class Evidence:
 
     def why(self, recipe: str, full: bool = False) -> str:
         """Why `runs(recipe, full)` may be empty, with the command that makes the runs."""
-        if recipe in RUN_ONLY:
+        from figures import registry  # it imports the figure modules, which import this one
+
+        if recipe in registry.run_only():
             quick = " --quick" if self.scale == "quick" and not full else ""
             return f"no {recipe} runs of this scale in the store (`grokbench run {recipe}{quick}`)"
-        figure = FIGURE_OF.get(recipe, recipe)
+        figure = registry.figure_of().get(recipe, recipe)
         if full and self.scale != "full":
             return (
                 f"needs the full-scale runs (`grokbench figures {figure} --full`); "

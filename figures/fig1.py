@@ -46,6 +46,7 @@ from figures.paper import (
     Number,
     same_digits,
 )
+from figures.registry import Figure
 from grokbench import runtime
 from numerics import oracle, standard
 
@@ -408,3 +409,13 @@ def claims(evidence: Evidence) -> list[Row]:
         + _example_rows()
         + _slowdown_rows(evidence.bench)
     )
+
+
+FIGURE = Figure(
+    name="fig1",
+    order=1,
+    builds={"fig1a": draw_fig1a, "fig1b": draw_fig1b},
+    title="Sec. 1-3 and Fig. 1: the two bugs",
+    images=("fig1a.png", "fig1b.png"),
+    claims=claims,
+)

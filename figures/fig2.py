@@ -20,6 +20,7 @@ import numerics
 from figures import paper
 from figures._common import LOSS_COLORS, Context, mark_cliffs, new_figure, save, select
 from figures.claims import Evidence, Row, claim_row, finite, mean_std, pm, seeds
+from figures.registry import Figure
 
 RECIPES = ("fig2-top", "fig2-bottom", "fig2-bottom-cube")
 _TITLES = {
@@ -334,3 +335,15 @@ def _settles_row(ev: Evidence) -> Row:
 def claims(evidence: Evidence) -> list[Row]:
     """Fig. 2 top and bottom, and Sec. 5's eps >= 1e-7 claim."""
     return _top_rows(evidence) + _bottom_rows(evidence) + [_settles_row(evidence)]
+
+
+FIGURE = Figure(
+    name="fig2",
+    order=2,
+    builds={"fig2": draw},
+    title="Fig. 2: the slingshot",
+    images=("fig2.png",),
+    claims=claims,
+    recipes=RECIPES,
+    reads=("eps-settle",),
+)

@@ -18,6 +18,7 @@ from figures._common import LOSS_COLORS, Context, mark_cliffs, new_figure, save
 from figures.claims import Evidence, Row, claim_row
 from figures.fig1 import cliff_row, target_gradients
 from figures.paper import CLIFFS, EQUILIBRIUM_1E8
+from figures.registry import Figure
 
 EPS = 1e-8
 _DTYPES = (("bf16", ml_dtypes.bfloat16, ":"), ("fp32", np.float32, "-"))
@@ -92,3 +93,13 @@ def claims(evidence: Evidence) -> list[Row]:
         claim = f"standard CE's normalized step drops to 0 at the cliff ({name}, eps 1e-8)"
         rows.append(cliff_row(claim, CLIFFS[name], dtype, first, "step"))
     return rows
+
+
+FIGURE = Figure(
+    name="fig3",
+    order=3,
+    builds={"fig3": draw},
+    title="Fig. 3: the normalized Adam step",
+    images=("fig3.png",),
+    claims=claims,
+)

@@ -18,6 +18,7 @@ import numerics
 from figures import paper
 from figures._common import CLIFF_STYLE, Context, new_figure, save, select
 from figures.claims import Evidence, Row, claim_row
+from figures.registry import Figure
 from grokbench import equilibrium
 
 
@@ -164,3 +165,14 @@ def claims(evidence: Evidence) -> list[Row]:
                     )
                 )
     return rows
+
+
+FIGURE = Figure(
+    name="fig4",
+    order=4,
+    builds={"fig4": draw},
+    title="Fig. 4: margin equilibria",
+    images=("fig4.png",),
+    claims=claims,
+    recipes=("fig4",),
+)

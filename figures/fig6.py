@@ -16,6 +16,7 @@ import numerics
 from figures import paper
 from figures._common import Context, mark_cliffs, new_figure, save, select
 from figures.claims import Evidence, Row, claim_row, mean_std, pm, seeds
+from figures.registry import Figure
 
 RECIPES = ("fig6-mod113", "fig6-mod31", "fig6-sq", "fig6-cube")
 VARIANTS = (  # (precision, loss, colour, label)
@@ -123,3 +124,14 @@ def claims(evidence: Evidence) -> list[Row]:
             ),
         ]
     return rows
+
+
+FIGURE = Figure(
+    name="fig6",
+    order=6,
+    builds={"fig6": draw},
+    title="Fig. 6: four benchmarks",
+    images=("fig6.png",),
+    claims=claims,
+    recipes=RECIPES,
+)

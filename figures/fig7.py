@@ -17,6 +17,7 @@ import numpy as np
 from figures import paper
 from figures._common import LOSS_COLORS, Context, new_figure, save, select
 from figures.claims import Evidence, Row, claim_row
+from figures.registry import Figure
 
 PRECISIONS = (("fp32/bf16", "bf16"), ("fp32", "fp32"), ("fp64", "fp64"))
 _FLOOR = {"kl": 1e-40, "param_distance": 1e-20}
@@ -216,3 +217,14 @@ def _full_rows(ev: Evidence) -> list[Row]:
 def claims(evidence: Evidence) -> list[Row]:
     """Sec. 7: the residual per precision, the fixed student, the standard students' paths."""
     return _start_rows(evidence) + _full_rows(evidence)
+
+
+FIGURE = Figure(
+    name="fig7",
+    order=7,
+    builds={"fig7": draw},
+    title="Fig. 7: distillation",
+    images=("fig7.png",),
+    claims=claims,
+    recipes=("fig7",),
+)

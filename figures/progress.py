@@ -17,9 +17,10 @@ import numpy as np
 from figures import paper
 from figures._common import LOSS_COLORS, Context, new_figure, save, select
 from figures.claims import Evidence, Row, claim_row, seeds
+from figures.registry import Figure
 from grokbench import fourier, progress
 
-__all__ = ["LOSSES", "claims", "draw"]
+__all__ = ["FIGURE", "LOSSES", "claims", "draw"]
 
 LOSSES = ("fixed", "standard")
 """The figure's columns: fig2-top's two losses."""
@@ -126,3 +127,14 @@ def claims(evidence: Evidence) -> list[Row]:
             why=evidence.why("orthograd", full=True),
         )
     ]
+
+
+FIGURE = Figure(
+    name="progress",
+    order=8,
+    builds={"progress": draw},  # fig2-top's runs, which fig2's build makes
+    title="Progress measures and ⊥Grad (Nanda et al., Prieto et al.)",
+    images=("progress.png",),
+    claims=claims,
+    reads=("orthograd",),
+)

@@ -18,18 +18,21 @@ import functools
 import json
 import pathlib
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display
-
-import matplotlib.pyplot as plt
+import matplotlib.colors
 import numpy as np
 
 from figures import paper
+from figures._common import new_figure, save_to
 from figures.claims import Evidence, Row, claim_row
+from figures.registry import Figure
 from grokbench.store import atomic_write_json
 
-__all__ = ["ABLATIONS_FILE", "claims", "draw_quant_figures"]
+__all__ = [
+    "ABLATIONS_FILE",
+    "FIGURE",
+    "claims",
+    "draw_quant_figures",
+]
 
 ABLATIONS_FILE = "quant_ablations.json"
 """The full build's ablation sweeps: {"vanilla": table, AXIS: table} (`run_ablations`)."""
@@ -49,19 +52,16 @@ def _analysis(row: dict) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
-def _save(fig, title: str, path: pathlib.Path, dpi: int = 130) -> pathlib.Path:
+def _save(fig, title: str, out: pathlib.Path, name: str) -> list[pathlib.Path]:
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
+    return save_to(fig, out, name)
 
 
-def _attention_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathlib.Path:
+def _attention_figure(rows: list[dict], family: str, out: pathlib.Path) -> list[pathlib.Path]:
     n = len(rows)
     cols = min(n, 3)
     grid_rows = -(-n // cols)
-    fig, axes = plt.subplots(grid_rows, cols, figsize=(4.6 * cols, 4.4 * grid_rows), squeeze=False)
+    fig, axes = new_figure(grid_rows, cols, width=4.6 * cols, height=4.4)
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     for ax, row in zip(axes.ravel(), rows, strict=False):
@@ -86,14 +86,12 @@ def _attention_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathl
             fontsize=8,
         )
     title = f"Most no-op-like head per variant ({family}, first validation sequence)"
-    return _save(fig, title, out / f"quant_attention_{family}.png", dpi=150)
+    return _save(fig, title, out, f"quant_attention_{family}")
 
 
-def _outlier_dims_figure(rows: list[dict], family: str, out: pathlib.Path) -> pathlib.Path:
+def _outlier_dims_figure(rows: list[dict], family: str, out: pathlib.Path) -> list[pathlib.Path]:
     layers = _analysis(rows[0])["outlier_dims"].shape[0]
-    fig, axes = plt.subplots(
-        len(rows), layers, figsize=(3.2 * layers, 1.7 * len(rows)), squeeze=False, sharex=True
-    )
+    fig, axes = new_figure(len(rows), layers, width=3.2 * layers, height=1.7, sharex=True)
     for i, row in enumerate(rows):
         dims = _analysis(row)["outlier_dims"]  # (L, D)
         for layer in range(layers):
@@ -110,10 +108,10 @@ def _outlier_dims_figure(rows: list[dict], family: str, out: pathlib.Path) -> pa
             if i == len(rows) - 1:
                 ax.set_xlabel("hidden dimension", fontsize=7)
     title = f"Outliers (> 6 sigma) per hidden dimension ({family}, validation set)"
-    return _save(fig, title, out / f"quant_outlier_dims_{family}.png")
+    return _save(fig, title, out, f"quant_outlier_dims_{family}")
 
 
-def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> pathlib.Path:
+def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> list[pathlib.Path]:
     """The paper's ablation plots (Fig. 6 alpha, Fig. 7 pi_init, Table 1 zeta, Table 6 LN
     weight decay): FP perplexity, max inf-norm and the W8A8 gap against the swept value."""
     panels = (
@@ -121,7 +119,8 @@ def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> pathlib.Pat
         ("max inf-norm", lambda r: r["max_inf_norm"]),
         ("W8A8 / FP perplexity", lambda r: r["w8a8_perplexity"] / r["fp_perplexity"]),
     )
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    fig, axes = new_figure(1, len(panels), width=4.2 * len(panels), height=3.4)
+    axes = axes[0]
     lines: dict[str, list[dict]] = {}
     for r in rows:
         lines.setdefault(f"{r['family']} {r['variant']}", []).append(r)
@@ -133,7 +132,7 @@ def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> pathlib.Pat
         ax.set_xlabel(axis)
         ax.set_title(name, fontsize=9)
     axes[0].legend(fontsize=7)
-    return _save(fig, f"Sweep of {axis}", out / f"quant_sweep_{axis}.png")
+    return _save(fig, f"Sweep of {axis}", out, f"quant_sweep_{axis}")
 
 
 def draw_quant_figures(
@@ -147,11 +146,11 @@ def draw_quant_figures(
     for family in ("encoder", "decoder"):
         rows = [r for r in table["rows"] if r["family"] == family]
         if rows:
-            paths.append(_attention_figure(rows, family, out))
-            paths.append(_outlier_dims_figure(rows, family, out))
+            paths += _attention_figure(rows, family, out)
+            paths += _outlier_dims_figure(rows, family, out)
     axes = {k for r in table["rows"] for k in r.get("sweep", {})}
     if len(axes) == 1:  # one swept field: the paper's ablation plot
-        paths.append(_sweep_figure(table["rows"], axes.pop(), out))
+        paths += _sweep_figure(table["rows"], axes.pop(), out)
     return paths
 
 
@@ -170,7 +169,8 @@ def draw(ctx) -> list[pathlib.Path]:
         tables = quant.run_ablations(ctx.store.root, ctx.progress)
         atomic_write_json(ctx.out / ABLATIONS_FILE, tables)
         paths.append(ctx.out / ABLATIONS_FILE)
-        paths += [_sweep_figure(tables[axis]["rows"], axis, ctx.out) for axis in quant.ABLATIONS]
+        for axis in quant.ABLATIONS:
+            paths += _sweep_figure(tables[axis]["rows"], axis, ctx.out)
     return paths
 
 
@@ -523,3 +523,19 @@ def claims(evidence: Evidence) -> list[Row]:
     rows = [*_table2_rows(by, why_missing), *_opt_clipped_rows(by, why_missing)]
     rows += _table5_rows(by, why_missing) + _table10_rows(by, why_missing)
     return rows + _ablation_rows(table)
+
+
+FIGURE = Figure(
+    name="quant",
+    order=9,
+    builds={"quant": draw},
+    title="Quantizable transformers",
+    images=(
+        "quant_attention_encoder.png",
+        "quant_attention_decoder.png",
+        "quant_outlier_dims_encoder.png",
+        "quant_outlier_dims_decoder.png",
+        *(f"quant_sweep_{axis}.png" for axis in ABLATION_CLAIMS),
+    ),
+    claims=claims,
+)

@@ -13,42 +13,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from figures import fig1, fig2, fig3, fig4, fig6, fig7, progress, quant, table1
+from figures import registry
 from figures._common import Context
-from figures.claims import FAILS, FIGURE_OF, HOLDS, NOT_TESTED, RUN_ONLY, Evidence, Row
+from figures.claims import FAILS, HOLDS, NOT_TESTED, Evidence, Row
+from figures.quant import ABLATIONS_FILE
 from grokbench.store import atomic_write_bytes
 
-__all__ = ["SECTIONS", "count", "evaluate", "evidence", "format_counts", "markdown", "write"]
+__all__ = ["count", "evaluate", "evidence", "format_counts", "markdown", "sections", "write"]
 
 BENCH_FILE = "bench_cross_entropy.json"
 """`python benchmarks/bench_cross_entropy.py --json OUT/bench_cross_entropy.json` writes it."""
 
-SECTIONS: tuple[tuple[str, tuple[str, ...], Callable[[Evidence], list[Row]]], ...] = (
-    ("Sec. 1-3 and Fig. 1: the two bugs", ("fig1a.png", "fig1b.png"), fig1.claims),
-    ("Fig. 2: the slingshot", ("fig2.png",), fig2.claims),
-    ("Fig. 3: the normalized Adam step", ("fig3.png",), fig3.claims),
-    ("Fig. 4: margin equilibria", ("fig4.png",), fig4.claims),
-    ("Table 1 and Fig. 5: precisions and losses", ("fig5.png",), table1.claims),
-    ("Fig. 6: four benchmarks", ("fig6.png",), fig6.claims),
-    ("Fig. 7: distillation", ("fig7.png",), fig7.claims),
-    (
-        "Progress measures and ⊥Grad (Nanda et al., Prieto et al.)",
-        ("progress.png",),
-        progress.claims,
-    ),
-    (
-        "Quantizable transformers",
-        (
-            "quant_attention_encoder.png",
-            "quant_attention_decoder.png",
-            "quant_outlier_dims_encoder.png",
-            "quant_outlier_dims_decoder.png",
-            *(f"quant_sweep_{axis}.png" for axis in quant.ABLATION_CLAIMS),
-        ),
-        quant.claims,
-    ),
-)
-"""The report's sections in order: title, images (when built), claims."""
+
+def sections() -> list[tuple[str, tuple[str, ...], Callable[[Evidence], list[Row]]]]:
+    """The report's sections in order: title, images (when built), claims; one per figure
+    that declares a title (`figures.registry`)."""
+    return [(f.title, f.images, f.claims) for f in registry.figures() if f.title and f.claims]
 
 
 def evidence(ctx: Context) -> Evidence:
@@ -58,13 +38,13 @@ def evidence(ctx: Context) -> Evidence:
     if path.is_file():
         table = json.loads(path.read_text())
         table = table if table.get("quick") == ctx.quick else None
-    ablations = ctx.out / quant.ABLATIONS_FILE  # the full build's sweeps (quick scale)
+    ablations = ctx.out / ABLATIONS_FILE  # the full build's sweeps (quick scale)
     if table is not None and not ctx.quick and ablations.is_file():
         table = {**table, "ablations": json.loads(ablations.read_text())}
     bench = ctx.out / BENCH_FILE
     return Evidence(
         scale=ctx.scale,
-        recipes={name: ctx.runs(name, train=False) for name in (*FIGURE_OF, *RUN_ONLY)},
+        recipes={name: ctx.runs(name, train=False) for name in registry.claimed_recipes()},
         quant=table,
         bench=json.loads(bench.read_text()) if bench.is_file() else None,
         store=ctx.store,
@@ -73,7 +53,7 @@ def evidence(ctx: Context) -> Evidence:
 
 def evaluate(ev: Evidence) -> list[tuple[str, tuple[str, ...], list[Row]]]:
     """Every section's rows."""
-    return [(title, images, claims(ev)) for title, images, claims in SECTIONS]
+    return [(title, images, claims(ev)) for title, images, claims in sections()]
 
 
 def count(rows: Sequence[Row]) -> dict[str, int]:

@@ -21,10 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from figures._common import LOSS_COLORS, Context, Run, new_figure, save
+from figures.registry import Figure
 from grokbench.recipes import SETUP_AXES, get_recipe
 from grokbench.store import atomic_write_bytes
 
 __all__ = [
+    "FIGURE",
     "LOSSES",
     "RECIPE",
     "draw",
@@ -164,3 +166,6 @@ def draw(ctx: Context) -> list:
     md = ctx.out / "setup_study.md"
     atomic_write_bytes(md, markdown(table).encode())
     return [*paths, md]
+
+
+FIGURE = Figure(name="setup_study", order=10, builds={"setup_study": draw}, recipes=(RECIPE,))

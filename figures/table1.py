@@ -21,6 +21,7 @@ from figures._common import LOSS_COLORS, Context, mark_cliffs, new_figure, save,
 from figures.claims import Evidence, Row, claim_row, mean_std, pm, seeds
 from figures.paper import FIX, MARGIN_TOL, TABLE1, TABLE1_WHERE, Number, accuracy_tolerance
 from figures.paper import margin as margin_number
+from figures.registry import Figure
 from grokbench.precision import get_precision
 from grokbench.store import atomic_write_bytes
 
@@ -253,3 +254,14 @@ def claims(evidence: Evidence) -> list[Row]:
             for p in ("fp32", "fp64")
         ]
     return [*rows, _fig5_row(evidence, runs)]
+
+
+FIGURE = Figure(
+    name="table1",
+    order=5,
+    builds={"fig5": draw_fig5, "table1": write_table},
+    title="Table 1 and Fig. 5: precisions and losses",
+    images=("fig5.png",),
+    claims=claims,
+    recipes=("table1",),
+)

@@ -6,7 +6,9 @@ import dataclasses
 import difflib
 import functools
 import importlib
+import json
 import os
+import pathlib
 import statistics
 import sys
 import time
@@ -20,6 +22,7 @@ import optax
 from numerics import standard, testing
 
 __all__ = [
+    "KIND_CALLS",
     "LINEAR_SPEED_D",
     "SPEED_SHAPE",
     "AuditRow",
@@ -28,10 +31,24 @@ __all__ = [
     "infer_kind",
     "load",
     "reference",
+    "run",
 ]
 
 SPEED_SHAPE = (512, 8192)
 """(rows, K) of the logits the speed comparison times value and gradient on."""
+
+
+KIND_CALLS = {
+    "ce": "fn(logits, labels) -> per-row losses",
+    "softmax": "fn(x) -> probabilities",
+    "log_softmax": "fn(x) -> log-probabilities",
+    "soft-target": "fn(student_logits, teacher_logits) -> per-row losses",
+    "z-loss": "fn(logits, labels) -> per-row losses + 1e-4 logsumexp^2",
+    "soft-cap": "fn(logits, labels) -> per-row losses of 30 tanh(logits / 30)",
+    "label-smoothing": "fn(logits, labels) -> per-row losses, label smoothing 0.1",
+    "linear-ce": "fn(hidden, weight, labels) -> per-row losses of hidden @ weight",
+}
+"""Each kind `grokbench audit --kind` takes, and the call it expects of the function."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,3 +256,44 @@ def format_dtype(row: AuditRow) -> str:
         head += f" (returns {r.output_dtype})"
     width = max(len(label) for label, _ in lines)
     return "\n".join([head, *(f"  {label.ljust(width)}  {text}" for label, text in lines)])
+
+
+def run(
+    spec: str,
+    kind: str | None,
+    dtypes: list[str],
+    *,
+    max_ulps: float | None = None,
+    quick: bool = False,
+    json_path: pathlib.Path | None = None,
+) -> int:
+    """`grokbench audit`: audit the function `spec` in each of `dtypes`, printing each dtype's
+    table as it finishes, then the failures and the verdict; 0 if it passes, else 1.
+    ConfigError (one line) for bad input: found before any dtype is checked where it can be."""
+    from grokbench.config import ConfigError
+    from grokbench.runtime import FLOAT16_UNSUPPORTED, is_float16_link_error
+
+    if max_ulps is not None and not max_ulps > 0:
+        raise ConfigError(f"--max-ulps must be > 0; got {max_ulps}")
+    fn = load(spec)
+    kind = kind or infer_kind(spec)
+    print(f"grokbench audit {spec} as {kind} ({KIND_CALLS[kind]}), bounds: ", end="")
+    print("numerics.testing.ULPS" if max_ulps is None else f"{max_ulps:g} ulps")
+    rows = []
+    for name in dtypes:
+        try:
+            rows.append(audit(fn, kind, name, max_ulps=max_ulps, quick=quick))
+        except testing.SignatureError as err:
+            if is_float16_link_error(err):
+                raise ConfigError(f"{FLOAT16_UNSUPPORTED} (--dtypes {name})") from None
+            raise ConfigError(f"{err} (is --kind {kind} right?)") from None
+        print(f"\n{format_dtype(rows[-1])}", flush=True)
+    failures = [line for row in rows for line in row.result.failures]
+    if json_path is not None:
+        json_path.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2) + "\n")
+        print(f"\nwrote {json_path}")
+    print()
+    for line in failures:
+        print(f"FAIL {line}")
+    print(f"{'FAIL' if failures else 'PASS'}: {spec} as {kind} in {', '.join(dtypes)}")
+    return 1 if failures else 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -123,3 +124,19 @@ def format_table(rows: list[CliffRow]) -> str:
 
     lines = [line(header), "-" * len(line(header)), *(line(c) for c in cells)]
     return "\n".join(lines)
+
+
+def report(names: Sequence[str], as_json: bool = False) -> str:
+    """`grokbench cliffs`: `measure` each dtype of `names` (NumPy's names), as a table with
+    its explanation, or as JSON."""
+    rows = [measure(name) for name in names]
+    if as_json:
+        return json.dumps([dataclasses.asdict(r) for r in rows], indent=2)
+    return "\n".join(
+        [
+            "Cross-entropy on logits [m, 0] with target 0, for every representable m > 0:",
+            format_table(rows),
+            "\nstd: numerics.standard (as optax); fixed: numerics.cross_entropy. The fixed",
+            "target gradient reaches 0 only where exp(-m) itself underflows.",
+        ]
+    )

@@ -7,14 +7,18 @@ only in `VMAPPED` fields share shapes and are batched into one program by the en
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
+import inspect
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
+from grokbench.errors import ConfigError as ConfigError
 from grokbench.precision import get_precision
 from tasks import (
     ACTIVATIONS,
@@ -99,10 +103,6 @@ al.'s trainers draw it)."""
 
 VMAPPED: tuple[str, ...] = ("seed", "lr", "b1", "b2", "eps", "weight_decay")
 """Fields that only change numbers, not shapes: runs differing only in these are batched."""
-
-
-class ConfigError(ValueError):
-    """A config value or override that is unknown, ill-typed or out of range (one-line message)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,9 +270,46 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     require(value in choices, f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def field_types() -> dict[str, Any]:
-    """Field name -> resolved type annotation (e.g. int, float, `int | None`)."""
-    return typing.get_type_hints(RunConfig)
+def did_you_mean(name: str, choices: Sequence[str]) -> str:
+    """'did you mean ...?': the choices NAME begins, else difflib's nearest; else all of them."""
+    near = [c for c in choices if c.startswith(name)]
+    near = near or difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
+    return f"did you mean {' or '.join(near)}?" if near else f"known: {', '.join(choices)}"
+
+
+def describe(cls: type) -> list[tuple[str, str, str, str]]:
+    """(name, type, default, meaning) of each field of the config dataclass `cls`; the meaning
+    is the field's trailing `# comment` in the source (where every default gives its reason)."""
+    meanings = {}
+    for line in inspect.getsource(cls).splitlines():
+        match = re.match(r"\s+(\w+): [^#]+?=[^#]+#\s*(.+)$", line)
+        if match:
+            meanings[match[1]] = match[2]
+    hints = typing.get_type_hints(cls)
+    return [
+        (
+            f.name,
+            getattr(hints[f.name], "__name__", str(hints[f.name])),
+            repr(f.default),
+            meanings.get(f.name, ""),
+        )
+        for f in dataclasses.fields(cls)
+    ]
+
+
+def format_keys(rows: Sequence[tuple[str, str, str, str]]) -> str:
+    """`describe`'s rows as aligned columns, the meaning last."""
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + " " + row[3]
+        for row in rows
+    )
+
+
+def field_types(cls: type | None = None) -> dict[str, Any]:
+    """Field name -> resolved type annotation (e.g. int, float, `int | None`) of the config
+    dataclass `cls` (RunConfig's by default)."""
+    return typing.get_type_hints(RunConfig if cls is None else cls)
 
 
 def _type_name(tp: Any) -> str:
@@ -366,12 +403,22 @@ def split_override(token: str, seen: Container[str]) -> tuple[str, str]:
     return key, text
 
 
-def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) -> dict[str, tuple]:
+def parse_overrides(
+    tokens: Sequence[str],
+    extra: Sequence[str] = ("seeds",),
+    cls: type | None = None,
+    also: Sequence[str] = (),
+) -> dict[str, tuple]:
     """`key=value` or `key=v1,v2,...` tokens -> {key: values}; a list makes a sweep axis.
 
-    Keys are RunConfig fields or one of `extra` (positive ints, one value each).
-    Values are type-checked here; ranges and choices are checked by RunConfig.
+    Keys are fields of the config dataclass `cls` (RunConfig's by default) or one of `extra`
+    (positive ints, one value each). A field `cls.WHOLE_VALUES` names takes its text whole (a
+    comma is part of its value: `bits=W8A8,W6A6`). Values are type-checked here; ranges and
+    choices are checked by the config class. `also`: keys the caller reads itself, named
+    in the unknown-key message.
     """
+    types_ = field_types(cls)
+    whole = getattr(cls, "WHOLE_VALUES", ())
     out: dict[str, tuple] = {}
     for token in tokens:
         key, text = split_override(token, out)
@@ -384,12 +431,12 @@ def parse_overrides(tokens: Sequence[str], extra: Sequence[str] = ("seeds",)) ->
                 raise ConfigError(f"{key} must be >= 1, got {value}")
             out[key] = (value,)
             continue
-        if key not in field_types():
-            known = ", ".join([*field_types(), *extra])
+        if key not in types_:
+            known = ", ".join([*also, *types_, *extra])
             raise ConfigError(f"unknown key {key!r}; known keys: {known}")
         # Precision names like 'fp32/bf16' contain no comma, so a comma always separates values.
-        parts = text.split(",")
-        out[key] = tuple(dict.fromkeys(parse_value(key, part.strip()) for part in parts))
+        parts = [text] if key in whole else text.split(",")
+        out[key] = tuple(dict.fromkeys(parse_value(key, part.strip(), types_) for part in parts))
     return out
 
 

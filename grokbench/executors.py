@@ -16,15 +16,25 @@ writes the store.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from grokbench import engine
-from grokbench.config import RunConfig
+from grokbench.config import ConfigError, RunConfig
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "RayExecutor", "ray_available"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "LocalExecutor",
+    "RayExecutor",
+    "from_options",
+    "ray_available",
+    "ray_errors",
+]
 
 EXECUTORS: tuple[str, ...] = ("local", "ray")
 """Executor names of `grokbench sweep --executor`."""
@@ -150,3 +160,48 @@ class RayExecutor:
         finally:
             if started:
                 ray.shutdown()
+
+
+def from_options(name: str, address: str | None) -> Executor | None:
+    """The executor `--executor NAME --ray-address ADDRESS` asks for (None: this process);
+    ConfigError, before any work, for a combination that cannot run."""
+    if name != "ray":
+        if address is not None:
+            raise ConfigError("--ray-address needs --executor ray")
+        return None
+    if not ray_available():
+        raise ConfigError("--executor ray needs Ray: pip install -e '.[ray]' in your clone")
+    if address is not None:
+        _check_reachable(address)
+    return RayExecutor(address)
+
+
+def _unreachable(address: str, err: object) -> str:
+    return (
+        f"cannot reach the Ray cluster at {address} ({err}): `ray start --head` prints the "
+        "address to use (on the head node, --ray-address auto finds it)"
+    )
+
+
+def _check_reachable(address: str) -> None:
+    """Fail at once if nothing listens at a HOST:PORT Ray address (Ray would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # 'auto' and the like: Ray resolves them
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as err:
+        raise ConfigError(_unreachable(address, err.strerror or err)) from None
+
+
+@contextlib.contextmanager
+def ray_errors(executor: Executor | None) -> Iterator[None]:
+    """A ConnectionError from Ray as a one-line ConfigError saying what to do."""
+    try:
+        yield
+    except ConnectionError as err:
+        if not isinstance(executor, RayExecutor):
+            raise
+        if executor.address is None:
+            raise ConfigError(f"could not start a local Ray instance ({err})") from None
+        raise ConfigError(_unreachable(executor.address, err)) from None

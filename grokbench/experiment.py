@@ -16,7 +16,7 @@ from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json, load_metrics
 from grokbench.tables import summary_table
 
-__all__ = ["format_table", "plan_units", "run_configs", "write_out"]
+__all__ = ["format_results", "format_table", "plan_units", "run_configs", "write_out"]
 
 
 def plan_units(configs: Sequence[RunConfig], max_batch: int | None = None) -> list[list[RunConfig]]:
@@ -123,3 +123,25 @@ def format_table(summaries: Sequence[dict]) -> str:
             ("spikes", "spikes", None),
         ],
     )
+
+
+def format_results(summaries: Sequence[dict], recipe: str, quick: bool) -> str:
+    """What `grokbench run` and `sweep` print: the results table, the cache marker's
+    footnote, and, for a quick run, what it is too short to show."""
+    from grokbench import recipes  # it builds configs; this module only runs them
+
+    lines = [format_table(summaries)]
+    if any(s.get("cached") for s in summaries):
+        lines.append("* loaded from the store, not trained now: sec is how long it took to train")
+    # The summaries' 99% test accuracy is grokbench.slingshot's grok_step threshold.
+    short = [s for s in summaries if (s["test_accuracy"] or 0.0) < 0.99]
+    if quick and short:
+        full = recipes.expand(recipes.get_recipe(recipe))
+        steps = summaries[0]["config"]["steps"]
+        lines.append(
+            f"note: {len(short)} of {console.plural(len(summaries), 'run')} ended below 99% "
+            f"test accuracy: --quick ({steps:,} steps) is too short to grok. The full recipe, "
+            f"`grokbench run {recipe}` ({console.plural(len(full), 'run')} of "
+            f"{full[0].steps:,} steps), is what `grokbench recipes` describes."
+        )
+    return "\n".join(lines)

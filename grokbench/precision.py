@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["DTYPES", "Precision", "get_precision", "precision_scope"]
+from grokbench.errors import ConfigError
+
+__all__ = ["DTYPES", "Precision", "dtype_names", "get_precision", "precision_scope"]
 
 DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(jnp.bfloat16),
@@ -34,6 +36,20 @@ DTYPES: dict[str, np.dtype] = {
 
 _LONG_NAMES: dict[str, str] = {dtype.name: short for short, dtype in DTYPES.items()}
 """NumPy's names ('bfloat16', 'float32', ...) -> the short ones, which are canonical."""
+
+
+def dtype_names(names: Sequence[str]) -> list[str]:
+    """NumPy's names of the float dtypes NAMES, short (bf16, as in precision=bf16) or NumPy's
+    (bfloat16); all four when NAMES is empty. ConfigError (one line) on any other name."""
+    known = [dtype.name for dtype in DTYPES.values()]
+    names = [DTYPES[n].name if n in DTYPES else n for n in names] or known
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown dtype(s) {', '.join(unknown)}; choose from "
+            f"{', '.join(known)} or {', '.join(DTYPES)}"
+        )
+    return names
 
 
 @dataclasses.dataclass(frozen=True)

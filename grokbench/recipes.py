@@ -16,12 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grokbench.config import ConfigError, RunConfig
+from grokbench.config import ConfigError, RunConfig, did_you_mean
 
-__all__ = ["MLP_SETUP_AXES", "RECIPES", "SETUP_AXES", "Recipe", "expand", "get_recipe"]
+__all__ = [
+    "MLP_SETUP_AXES",
+    "RECIPES",
+    "SETUP_AXES",
+    "Recipe",
+    "check_name",
+    "expand",
+    "format_list",
+    "get_recipe",
+]
 
 _EPS_TABLE1 = (1e-8, 1e-12, 1e-16)  # Table 1's three epsilons: m* = 18.4, 27.6, 36.8
 # The paper's "bf16" rows are bf16 compute on float32 parameters and optimizer state. Wholly
@@ -35,11 +44,16 @@ _BF16 = "fp32/bf16"
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """A named experiment: base config, seed count, grids, and its quick overrides."""
+    """A named experiment: base config, seed count, grids, and its quick overrides.
+
+    The base is any frozen config dataclass with a `seed` field: `RunConfig` for the
+    grokking lab (`RECIPES`), `QuantConfig` for the quantization lab
+    (`grokbench.quant.recipes`); `expand` and `grokbench.config.parse_overrides` serve both.
+    """
 
     name: str
     description: str
-    base: RunConfig
+    base: Any
     seeds: int
     grids: tuple[Mapping[str, tuple], ...] = ()
     quick: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -304,10 +318,31 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
+def check_name(name: str, figures: Sequence[str] = ()) -> None:
+    """ConfigError, with suggestions, unless `name` is a grokking-lab recipe; a figure's name
+    (one of `figures`) gets its command."""
+    if name in RECIPES:
+        return
+    message = f"unknown recipe {name!r}; {did_you_mean(name, list(RECIPES))}"
+    if name in figures:
+        message += f" ({name} is a figure: grokbench figures {name})"
+    raise ConfigError(message)
+
+
+def format_list(recipes: Mapping[str, Recipe]) -> str:
+    """`grokbench recipes`: one line per recipe, its run counts and what it shows."""
+    return "\n".join(
+        f"{r.name:<12} {len(expand(r)):3d} runs ({len(expand(r, quick=True))} with --quick): "
+        f"{r.description}"
+        for r in recipes.values()
+    )
+
+
 def expand(
     recipe: Recipe, overrides: Mapping[str, tuple] | None = None, quick: bool = False
-) -> list[RunConfig]:
-    """The recipe's runs (validated, deduplicated, in grid order, seeds innermost)."""
+) -> list[Any]:
+    """The recipe's runs, configs of its base's class (validated, deduplicated, in grid
+    order, seeds innermost)."""
     user = dict(overrides or {})
     settings: dict[str, Any] = {"seeds": recipe.seeds}
     if quick:

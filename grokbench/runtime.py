@@ -11,6 +11,7 @@ bit only where they were recorded (docs/architecture.md, "Reproducibility").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -18,19 +19,22 @@ import os
 import pathlib
 import platform
 import re
+import sys
+import tempfile
+from collections.abc import Iterator
 
-import jax
-import jax.numpy as jnp
-import jaxlib
+# jax is imported inside the functions: `use_all_cores` must run before anything imports it.
 
 __all__ = [
     "FLOAT16_UNSUPPORTED",
+    "compilation_cache",
     "fingerprint_id",
     "float16_compiles",
     "has_fma",
     "is_float16_link_error",
     "isa_level",
     "machine_fingerprint",
+    "use_all_cores",
 ]
 
 FLOAT16_UNSUPPORTED = (
@@ -70,9 +74,12 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip().lower(), value.strip())
-    model = fields.get("model name") or " ".join(
-        fields.get(k, "") for k in ("cpu implementer", "cpu variant", "cpu part")
-    ).strip()
+    model = (
+        fields.get("model name")
+        or " ".join(
+            fields.get(k, "") for k in ("cpu implementer", "cpu variant", "cpu part")
+        ).strip()
+    )
     flags = fields.get("flags") or fields.get("features") or ""
     return model, frozenset(flags.split())
 
@@ -132,6 +139,9 @@ def machine_fingerprint() -> dict[str, str]:
     Two processes with the same fingerprint run the same compiled programs, so they agree to
     the bit; with different ones they agree to rounding (the golden tests measure how far).
     """
+    import jax
+    import jaxlib
+
     model, _ = _cpuinfo()
     backend = jax.default_backend()
     fingerprint = {
@@ -185,6 +195,9 @@ def float16_compiles() -> bool:
 
 @functools.cache
 def _float16_compiles() -> bool:
+    import jax
+    import jax.numpy as jnp
+
     try:
         jax.block_until_ready(jax.jit(jnp.exp)(jnp.ones(2, jnp.float16)))
     except Exception as err:  # XlaRuntimeError, whose class has moved between jax versions
@@ -192,3 +205,40 @@ def _float16_compiles() -> bool:
             return False
         raise
     return True
+
+
+def use_all_cores() -> None:
+    """Split the CPU into one JAX host device per core, unless XLA_FLAGS already chooses.
+
+    Must run before jax is imported. The engine shards a batch of runs over the devices, so
+    each core trains its share of the seeds (grokbench.engine.shard_runs).
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "jax" in sys.modules or "xla_force_host_platform_device_count" in flags:
+        return
+    count = f"--xla_force_host_platform_device_count={os.cpu_count() or 1}"
+    os.environ["XLA_FLAGS"] = f"{flags} {count}".strip()
+
+
+@contextlib.contextmanager
+def compilation_cache() -> Iterator[None]:
+    """A persistent compilation cache for one build, unless JAX_COMPILATION_CACHE_DIR names one.
+
+    Recipes whose programs differ in data only (fig2-bottom and its a^3+b twin, fig6-sq and
+    fig6-cube, the setup study's split and init settings) then compile them once. A loaded
+    program is the compiled one, bit for bit.
+    """
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cache
+
+    if jax.config.jax_compilation_cache_dir:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="grokbench-jax-cache-") as path:
+        cache.reset_cache()  # forget a "no cache" decided by an earlier compile
+        cache.set_cache_dir(path)
+        try:
+            yield
+        finally:
+            cache.set_cache_dir(None)
+            cache.reset_cache()

@@ -32,7 +32,9 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_npz",
+    "check_writable_dir",
     "default_root",
+    "finished_since",
     "load_metrics",
     "metrics_frame",
 ]
@@ -44,6 +46,39 @@ _log = logging.getLogger(__name__)
 def default_root() -> pathlib.Path:
     """Where runs go unless told otherwise: $GROKBENCH_RESULTS, else ./results (git-ignored)."""
     return pathlib.Path(os.environ.get("GROKBENCH_RESULTS", "results"))
+
+
+def check_writable_dir(path: pathlib.Path, option: str) -> None:
+    """ConfigError unless `path` is a directory this process can write, or one it can create.
+
+    Probes with a real (anonymous) file, since permission bits say nothing for root, a
+    read-only mount or /proc. Creates nothing: a missing directory is checked at the
+    nearest ancestor that exists. `option` names it in the message (`--out`).
+    """
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path}: exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{option} {path}: cannot be created, {probe} is a file")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        where = "not writable" if probe == path else f"cannot be created in {probe}"
+        raise ConfigError(f"{option} {path}: {where} ({err.strerror})") from None
+
+
+def finished_since(root: pathlib.Path | None, start: float) -> str:
+    """'N runs finished and stored in ROOT': the runs stored under `root` since `start` (a
+    `time.time()`); 'nothing was stored' without a root."""
+    from grokbench.console import plural
+
+    if root is None:
+        return "nothing was stored"
+    done = sum(p.stat().st_mtime >= start for p in root.glob("**/summary.json"))
+    return f"{plural(done, 'run')} finished and stored in {root}"
 
 
 def _umask() -> int:

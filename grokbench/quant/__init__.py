@@ -1,25 +1,22 @@
 """The quantization lab (Bondarenko et al. 2023): train the attention variants, measure, PTQ.
 
 Modules, each importing only the ones before it: `config` (`QuantConfig`, its variants,
-bit widths and hashes), `train` (cached training), `evaluate` (perplexity, outlier metrics,
-simulated PTQ), `table` (`run_quant`: the recipe, quant_table.json and .md;
-`run_ablations`: the paper's ablation sweeps). Runs live in
-the harness's `grokbench.store.Store` under ROOT/quant/{train,eval}/HASH.
+bit widths and hashes), `recipes` (the lab's recipe and the paper's ablations, in the
+harness's recipe language), `train` (cached training), `evaluate` (perplexity, outlier
+metrics, simulated PTQ), `table` (`run_quant`: a recipe's runs, quant_table.json and .md;
+`run_ablations`: the ablation recipes). Runs live in the harness's `grokbench.store.Store`
+under ROOT/quant/{train,eval}/HASH.
 """
 
-from grokbench.quant.config import BERT_GAMMA as BERT_GAMMA
 from grokbench.quant.config import BIT_CONFIGS as BIT_CONFIGS
 from grokbench.quant.config import QUANT_VERSION as QUANT_VERSION
 from grokbench.quant.config import VARIANTS as VARIANTS
 from grokbench.quant.config import QuantConfig as QuantConfig
 from grokbench.quant.config import parse_bit_list as parse_bit_list
-from grokbench.quant.config import parse_bits as parse_bits
 from grokbench.quant.evaluate import evaluate as evaluate
 from grokbench.quant.evaluate import load_evaluation as load_evaluation
-from grokbench.quant.evaluate import tap_costs as tap_costs
-from grokbench.quant.table import ABLATIONS as ABLATIONS
-from grokbench.quant.table import DEFAULT_VARIANTS as DEFAULT_VARIANTS
-from grokbench.quant.table import QUICK as QUICK
+from grokbench.quant.recipes import ABLATIONS as ABLATIONS
+from grokbench.quant.recipes import QUANT_RECIPES as QUANT_RECIPES
 from grokbench.quant.table import format_markdown as format_markdown
 from grokbench.quant.table import format_tap_costs as format_tap_costs
 from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides
@@ -27,6 +24,5 @@ from grokbench.quant.table import quant_configs as quant_configs
 from grokbench.quant.table import run_ablations as run_ablations
 from grokbench.quant.table import run_quant as run_quant
 from grokbench.quant.table import run_tap_costs as run_tap_costs
-from grokbench.quant.table import sweep_axes as sweep_axes
 from grokbench.quant.train import load_params as load_params
 from grokbench.quant.train import train as train

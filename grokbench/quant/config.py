@@ -112,12 +112,15 @@ class QuantConfig:
       steps (the 20-minute budget for six runs on a shared 2-core machine).
     """
 
+    # Overrides take these fields' text whole: a comma is part of a path or a bit list.
+    WHOLE_VALUES = ("corpus", "level", "act_range", "weight_range", "bits")
+
     # Model.
     family: str = "encoder"  # 'encoder' (BERT-like MLM, post-LN) or 'decoder' (OPT-like, pre-LN)
     variant: str = "vanilla"  # a key of VARIANTS
     n_layers: int = 2  # the smallest stack where layer 0's FFN feeds layer 1's heads
     d_model: int = 64  # d_head 16
-    n_heads: int = 4
+    n_heads: int = 4  # attention heads: d_head = d_model / n_heads = 16
     d_ffn: int | None = None  # None -> 4 * d_model
     seq_len: int = 64  # T (the paper's BERT uses 128, OPT 512)
     # Attention variants.

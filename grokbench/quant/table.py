@@ -11,25 +11,23 @@ OUT/quant_table.md (the paper's Table 2 layout, plus the low-bit columns of its 
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import pathlib
 import time
-import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grokbench.config import ConfigError, parse_value, require, split_override
+from grokbench.config import ConfigError, parse_overrides, require, split_override
 from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig, parse_bit_list
 from grokbench.quant.evaluate import evaluate, tap_costs
+from grokbench.quant.recipes import ABLATIONS, QUANT
 from grokbench.quant.train import train
+from grokbench.recipes import Recipe, expand
 from grokbench.store import Store, atomic_write_bytes, atomic_write_json
 from grokbench.tables import fmt
 from tasks.quant import build_corpus
 
 __all__ = [
-    "ABLATIONS",
-    "DEFAULT_VARIANTS",
-    "QUICK",
     "format_markdown",
     "format_tap_costs",
     "parse_quant_overrides",
@@ -50,108 +48,74 @@ _LABELS = {
 }
 
 
-_LISTS = ("variants", "families")  # overrides that are lists but not sweep axes
-
-
-def _field_types() -> dict[str, Any]:
-    return typing.get_type_hints(QuantConfig)
+_LISTS = {"variants": tuple(VARIANTS), "families": ("encoder", "decoder")}
+"""Overrides that are lists but not sweep axes: the variants and families a run covers."""
 
 
 def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
-    """`key=value` tokens -> overrides. Keys: QuantConfig fields, `variants` and `families`
-    (comma lists); `bits` takes a comma list too (W8A8,W6A6). A comma list for a numeric or
-    bool field is a sweep axis (`alpha=2,4,8`: the paper's ablations), a tuple here."""
-    out: dict[str, Any] = {}
-    fields = _field_types()
+    """`key=value` tokens -> overrides, as `grokbench.config.parse_overrides` reads them for
+    `QuantConfig` (a comma list sweeps a field, except `bits`, `corpus` and the other
+    `QuantConfig.WHOLE_VALUES`), plus `variants` and `families` (comma lists of the variants
+    and families to run). A single value is returned as itself, a sweep as a tuple."""
+    lists: dict[str, tuple[str, ...]] = {}
+    rest = []
     for token in tokens:
-        key, text = split_override(token, out)
-        if key in ("variants", "families"):
-            values = tuple(v.strip() for v in text.split(",") if v.strip())
-            known = tuple(VARIANTS) if key == "variants" else ("encoder", "decoder")
-            bad = [v for v in values if v not in known]
-            if not values or bad:
-                raise ConfigError(f"{key} must be a comma list of {', '.join(known)}; got {text!r}")
-            out[key] = values
-        elif key in ("variant", "family"):
+        key, text = split_override(token, lists)
+        if key in ("variant", "family"):
             raise ConfigError(f"use {key}s=... to choose {key}s")
-        elif key in fields and str in (*typing.get_args(fields[key]), fields[key]):
-            out[key] = parse_value(key, text.strip(), fields)
-        elif key in fields:
-            values = tuple(parse_value(key, v.strip(), fields) for v in text.split(","))
-            out[key] = values if len(values) > 1 else values[0]
-        else:
-            raise ConfigError(
-                f"unknown key {key!r}; known keys: variants, families, {', '.join(fields)}"
-            )
-    return out
+        if key not in _LISTS:
+            rest.append(token)
+            continue
+        values = tuple(v.strip() for v in text.split(",") if v.strip())
+        if not values or any(v not in _LISTS[key] for v in values):
+            known = ", ".join(_LISTS[key])
+            raise ConfigError(f"{key} must be a comma list of {known}; got {text!r}")
+        lists[key] = values
+    parsed = parse_overrides(rest, extra=(), cls=QuantConfig, also=tuple(_LISTS))
+    fields = {k: v if len(v) > 1 else v[0] for k, v in parsed.items()}
+    return {**lists, **fields}
 
 
-DEFAULT_VARIANTS: dict[str, tuple[str, ...]] = {
-    "encoder": ("vanilla", "clipped", "gated_mlp"),
-    "decoder": ("vanilla", "clipped", "gated"),
-}
-"""The recipe's variants per family: the paper's Table 2 rows (BERT's MLP gate, OPT's linear
-gate) and OPT's clipped softmax (Table 6); `variants=...` picks others for every family."""
+def quant_configs(
+    quick: bool = False, overrides: Mapping[str, Any] | None = None, recipe: Recipe = QUANT
+) -> list[QuantConfig]:
+    """The runs of `recipe` (the lab's by default): each family x variant x sweep point,
+    quick or full, with overrides applied (`recipes.expand`; `families` keeps the recipe's
+    grids of those families, in that order; `variants` replaces each grid's variants)."""
+    overrides = dict(overrides or {})
+    families = overrides.pop("families", None)
+    if "variants" in overrides:
+        overrides["variant"] = overrides.pop("variants")
+    if families is not None:
+        grids = recipe.grids or ({},)
+        of = [g.get("family", (recipe.base.family,)) for g in grids]
+        kept = tuple(g for f in families for g, gf in zip(grids, of, strict=True) if gf == (f,))
+        # A family the recipe has no grid for runs its base settings in that family.
+        kept += tuple({"family": (f,)} for f in families if (f,) not in of)
+        recipe = dataclasses.replace(recipe, grids=kept)
+    values = {k: v if isinstance(v, tuple) else (v,) for k, v in overrides.items()}
+    return expand(recipe, values, quick=quick)
 
-QUICK: dict[str, Any] = {
-    "d_model": 32,
-    "seq_len": 48,
-    "steps": 600,
-    "eval_batches": 4,
-    "calib_subsets": 2,
-    "bits": "W8A8",
-}
-"""`--quick`: the same recipe at half the width, 600 steps and W8A8 only: under 5 minutes."""
+
+def sweep_axes(configs: Sequence[QuantConfig]) -> tuple[str, ...]:
+    """The fields other than family and variant whose value differs between `configs`: the
+    swept ones, which label each row."""
+    fields = [f.name for f in dataclasses.fields(QuantConfig) if f.name not in _NOT_AXES]
+    return tuple(k for k in fields if len({getattr(c, k) for c in configs}) > 1)
 
 
-ABLATIONS: dict[str, tuple[str, ...]] = {
-    "gamma": (
-        "families=encoder",
-        "variants=clipped",
-        "gamma=" + ",".join(f"{-a / QUICK['seq_len']:.4g}" for a in (0.5, 2, 8)),
-    ),
-    "pi_init": ("families=encoder", "variants=gated", "pi_init=0.25,0.5,0.9"),
-    "zeta": ("families=encoder", "variants=clipped", "zeta=1,1.03"),
-    "ln_weight_decay": ("families=decoder", "variants=vanilla,gated", "ln_weight_decay=true,false"),
-}
-"""The paper's ablations as sweeps (axis -> override tokens), run at the `--quick` scale:
-Fig. 6, gamma = -alpha/T for alpha 1/2, 2, 8 (BERT-6L); Fig. 7, the linear gate's pi_init
-over the range the paper calls robust (BERT-6L); Table 1, upper clipping zeta (BERT-base);
-Table 6, weight decay on LayerNorm gamma for vanilla and the linear gate (OPT-125m)."""
+_NOT_AXES = ("family", "variant")
 
 
 def run_ablations(
     results: pathlib.Path | str | None = None, progress: bool = True
 ) -> dict[str, dict]:
-    """Every `ABLATIONS` sweep and the quick recipe's vanilla rows, their reference
+    """Every `ABLATIONS` recipe and the quick recipe's vanilla rows, their reference
     (cached like `run_quant`): {"vanilla": table, AXIS: table, ...}, tables as `run_quant`'s."""
     tables = {"vanilla": run_quant(True, None, ["variants=vanilla"], results, progress)}
-    for axis, tokens in ABLATIONS.items():
-        tables[axis] = run_quant(True, None, list(tokens), results, progress)
+    for axis, recipe in ABLATIONS.items():
+        tables[axis] = run_quant(True, None, None, results, progress, recipe=recipe)
     return tables
-
-
-def quant_configs(
-    quick: bool = False, overrides: Mapping[str, Any] | None = None
-) -> list[QuantConfig]:
-    """The runs of the recipe: each family x variant x sweep point (`sweep_axes`), quick or
-    full, with overrides applied."""
-    overrides = dict(overrides or {})
-    families = overrides.pop("families", ("encoder", "decoder"))
-    variants = overrides.pop("variants", None)
-    axes = sweep_axes(overrides)
-    base = {**(QUICK if quick else {}), **overrides}
-    return [
-        QuantConfig(family=f, variant=v, **{**base, **dict(zip(axes, point, strict=True))})
-        for f in families
-        for v in (DEFAULT_VARIANTS[f] if variants is None else variants)
-        for point in itertools.product(*axes.values())
-    ]
-
-
-def sweep_axes(overrides: Mapping[str, Any]) -> dict[str, tuple]:
-    """The swept fields of `overrides` (tuples of values), in the order given."""
-    return {k: v for k, v in overrides.items() if isinstance(v, tuple) and k not in _LISTS}
 
 
 def _label(cfg: QuantConfig, axes: Sequence[str]) -> str:
@@ -202,6 +166,7 @@ def run_quant(
     overrides: Mapping[str, Any] | Sequence[str] | None = None,
     results: pathlib.Path | str | None = None,
     progress: bool = True,
+    recipe: Recipe = QUANT,
 ) -> dict:
     """Train (cached), evaluate and quantize every variant; write OUT/quant_table.{json,md}.
 
@@ -210,10 +175,10 @@ def run_quant(
     """
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_quant_overrides(list(overrides))
-    configs = quant_configs(quick, overrides)
+    configs = quant_configs(quick, overrides, recipe)
     store = Store(results)
     start = time.perf_counter()
-    axes = tuple(sweep_axes(overrides or {}))
+    axes = sweep_axes(configs)
     rows = []
     for cfg, corpus, params, train_summary in _trained(configs, store, progress):
         summary = evaluate(cfg, params, corpus, store)
@@ -238,14 +203,15 @@ def run_tap_costs(
     results: pathlib.Path | str | None = None,
     bits: str = "W8A8",
     progress: bool = True,
+    recipe: Recipe = QUANT,
 ) -> list[dict]:
     """`evaluate.tap_costs` of every config `run_quant` makes (trained if the store lacks it,
     else loaded), at each of the comma-separated `bits`; writes OUT/quant_tap_costs.{json,md}."""
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_quant_overrides(list(overrides))
     names = parse_bit_list(bits)
-    axes = tuple(sweep_axes(overrides or {}))
-    configs = quant_configs(quick, overrides)
+    configs = quant_configs(quick, overrides, recipe)
+    axes = sweep_axes(configs)
     costs = []
     for cfg, corpus, params, _ in _trained(configs, Store(results), progress):
         for name in names:

@@ -19,6 +19,7 @@ from figures import (
     paper,
     progress,
     quant,
+    registry,
     report,
     setup_study,
     table1,
@@ -616,7 +617,7 @@ def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
         progress=False,
         overrides=overrides,
     )
-    assert all(p.stat().st_size > 1000 for p in build._function("fig7")(ctx))
+    assert all(p.stat().st_size > 1000 for p in registry.builds()["fig7"](ctx))
     rows = fig7.claims(Evidence("quick", {"fig7": ctx.runs("fig7", train=False)}, store=ctx.store))
     fixed = next(
         r for r in rows if r.claim.startswith("fixed soft-target CE") and "bf16" in r.claim
@@ -629,6 +630,7 @@ def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
 
 def test_quant_figure_and_claims_on_a_tiny_lab(tmp_path, monkeypatch):
     from grokbench.quant import table as quant_lab
+    from grokbench.quant.recipes import QUANT
 
     tiny = {
         "n_layers": 1,
@@ -642,16 +644,13 @@ def test_quant_figure_and_claims_on_a_tiny_lab(tmp_path, monkeypatch):
         "calib_subsets": 2,
         "bits": "W8A8",  # the quick recipe's width; the claims of the others say "no column"
     }
-    monkeypatch.setattr(quant_lab, "QUICK", tiny)
-    real = quant_lab.quant_configs
+    real, recipe = quant_lab.quant_configs, dataclasses.replace(QUANT, quick=tiny)
     # The encoder only, at tests/grokbench/test_quant.py's TINY sizes: the two tests then
     # share their compiled programs; the decoder's training path is test_quant.py's.
     picked = {"families": ("encoder",), "variants": ("vanilla", "clipped")}
-    monkeypatch.setattr(
-        quant_lab, "quant_configs", lambda quick, overrides=None: real(quick, picked)
-    )
+    monkeypatch.setattr(quant_lab, "quant_configs", lambda quick, *_: real(quick, picked, recipe))
     ctx = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
-    files = build._function("quant")(ctx)
+    files = registry.builds()["quant"](ctx)
     assert {"quant_table.json", "quant_table.md"} <= {p.name for p in files}
     assert all(p.name.startswith("quant") and p.stat().st_size > 100 for p in files)
     rows = quant.claims(report.evidence(ctx))

@@ -120,7 +120,7 @@ def test_console_script_error_has_no_traceback():
 def test_recipes_lists_every_recipe(capsys):
     assert _main(["recipes"]) == 0
     out = capsys.readouterr().out
-    for name in ("fig2-top", "fig2-bottom", "table1", "fig4", "fig6-mod113", "fig6-cube"):
+    for name in ("fig2-top", "fig2-bottom", "table1", "fig4", "fig6-mod113", "fig6-cube", "quant"):
         assert name in out
 
 

@@ -280,12 +280,19 @@ def test_bare_grokbench_lists_every_command_in_one_line_each(capsys):
 
 
 def test_keys_lists_every_override_key_with_default_and_meaning(capsys):
+    from grokbench.quant import QuantConfig
+
     assert _main(["keys"]) == 0
-    out = capsys.readouterr().out
-    for field in dataclasses.fields(RunConfig):
-        (line,) = [x for x in out.splitlines() if x.startswith(f"{field.name} ")]
-        assert repr(field.default) in line and len(line.split(maxsplit=3)) == 4, line
-    assert re.search(r"^seeds ", out, re.MULTILINE)
+    run, quant = capsys.readouterr().out.split("Override keys of `grokbench quant`")
+    for out, cls in ((run, RunConfig), (quant, QuantConfig)):
+        for field in dataclasses.fields(cls):
+            if cls is QuantConfig and field.name in ("family", "variant"):
+                continue  # chosen with families=... and variants=... (listed below)
+            (line,) = [x for x in out.splitlines() if x.startswith(f"{field.name} ")]
+            assert repr(field.default) in line and len(line.split(maxsplit=3)) == 4, line
+    assert re.search(r"^seeds ", run, re.MULTILINE)
+    assert re.search(r"^variants ", quant, re.MULTILINE)
+    assert re.search(r"^families ", quant, re.MULTILINE)
 
 
 # --- 8. did you mean ---------------------------------------------------------------------------

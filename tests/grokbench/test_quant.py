@@ -1,5 +1,6 @@
 """The quant lab end to end, shrunk to seconds (same code path as the recipe, docs/style.md 13)."""
 
+import dataclasses
 import json
 import time
 
@@ -10,6 +11,7 @@ from grokbench.cli import main
 from grokbench.config import ConfigError
 from grokbench.quant import QuantConfig, parse_quant_overrides, quant_configs, run_quant
 from grokbench.quant import table as quant_table
+from grokbench.quant.recipes import QUANT, QUICK
 from tasks import quant as tasks_quant
 
 TINY = [
@@ -174,7 +176,7 @@ def test_overrides_and_recipe_expansion():
         ("decoder", "gated", 10),
         ("decoder", "clipped", 10),
     ]
-    assert configs[0].d_model == quant.QUICK["d_model"]
+    assert configs[0].d_model == QUICK["d_model"]
     assert [c.variant for c in quant_configs()] == [
         *("vanilla", "clipped", "gated_mlp"),  # BERT's MLP gate
         *("vanilla", "clipped", "gated"),  # OPT's linear gate
@@ -186,7 +188,7 @@ def test_overrides_and_recipe_expansion():
     assert (
         over["alpha"] == (2.0, 4.0)
         and over["zeta"] == 1.0
-        and quant.sweep_axes(over) == {"alpha": (2.0, 4.0)}
+        and quant_table.sweep_axes(quant_configs(False, over)) == ("alpha",)
     )
     assert [c.alpha for c in quant_configs(False, over)] == [2.0, 4.0]
     over = parse_quant_overrides(["variants=gated", "ln_weight_decay=true,false"])
@@ -208,14 +210,15 @@ def test_quick_recipe_runs_in_minutes(tmp_path):
     assert time.perf_counter() - start < 300
 
 
-def test_quick_recipe_at_tiny_size(tmp_path, monkeypatch):
+def test_quick_recipe_at_tiny_size(tmp_path):
     """`grokbench quant --quick`'s path (its QUICK settings) shrunk to a few steps, on the
     decoder with two variants the recipe leaves out; the full-size quick recipe is the slow
     test above."""
-    monkeypatch.setattr(quant_table, "QUICK", {**quant.QUICK, **_TINY_QUICK})
+    recipe = dataclasses.replace(QUANT, quick={**QUICK, **_TINY_QUICK})
     variants = ("gated_all_heads", "clipped_gated")
     overrides = {"families": ("decoder",), "variants": variants}
-    table = run_quant(True, tmp_path / "out", overrides, results=tmp_path / "r", progress=False)
+    out, results = tmp_path / "out", tmp_path / "r"
+    table = run_quant(True, out, overrides, results=results, progress=False, recipe=recipe)
     assert table["quick"] and [r["variant"] for r in table["rows"]] == list(variants)
     assert all(c["steps"] == 2 and c["d_model"] == 16 for c in table["configs"])
     assert all(r["w8a8_perplexity"] > 0 for r in table["rows"])
