@@ -689,8 +689,9 @@ def test_quant_sweep_figure_plots_each_variant_against_the_swept_field(tmp_path)
         for variant in ("gated", "gated_mlp")
         for pi in (0.5, 0.25, 0.9)
     ]
-    path = quant._sweep_figure(rows, "pi_init", tmp_path)
-    assert path.name == "quant_sweep_pi_init.png" and path.stat().st_size > 1000
+    paths = quant._sweep_figure(rows, "pi_init", tmp_path)
+    assert [p.name for p in paths] == ["quant_sweep_pi_init.png", "quant_sweep_pi_init.pdf"]
+    assert all(p.stat().st_size > 1000 for p in paths)
 
 
 def test_setup_study_figure_and_table(tmp_path, fake_engine):

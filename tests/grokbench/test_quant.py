@@ -80,7 +80,9 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
     argv = ["quant", *TINY, "--out", str(out), "--results", str(results), "--no-progress"]
     assert main(argv) == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        "quant_attention_encoder.pdf",  # the shared figures._common.save: PNG and PDF
         "quant_attention_encoder.png",
+        "quant_outlier_dims_encoder.pdf",
         "quant_outlier_dims_encoder.png",
         "quant_table.json",
         "quant_table.md",
