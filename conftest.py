@@ -7,6 +7,7 @@ not a silent change of precision. Warnings are errors (pyproject.toml).
 
 import atexit
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -15,20 +16,33 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 ).strip()
 
-# One persistent compilation cache per test session, made by the first process (pytest, or
-# xdist's controller) and inherited by its workers, the CLI subprocesses and the Ray workers
-# (`grokbench.executors`): a program another process (or another test's closure) already
-# compiled is loaded, not compiled again. A cached program is the compiled one, bit for bit.
-# Every program, however small: eager tests compile one tiny program per operation, shape and
-# dtype, and the second worker then loads them (one suite run each: 5 min 36 s against 5 min
-# 58 s with a 0.1 s threshold).
+# One persistent compilation cache for the test session, shared by its workers, the CLI
+# subprocesses and the Ray workers (`grokbench.executors`): the per-user cache of
+# `grokbench.runtime.compilation_cache`, so a second run on this machine compiles nothing the
+# first compiled (GROKBENCH_COMPILATION_CACHE: another directory, or off for one temporary
+# cache per session). A cached program is the compiled one, bit for bit. Every program is
+# kept, however small: eager tests compile one tiny program per operation, shape and dtype,
+# and the second worker then loads them.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="grokbench-jax-cache-")
+    from grokbench import runtime
+
+    choice = os.environ.get(runtime.CACHE_ENV, "").strip()
+    if choice.lower() in ("0", "off", "false", "no"):
+        cache_dir = tempfile.mkdtemp(prefix="grokbench-jax-cache-")
+        atexit.register(shutil.rmtree, cache_dir, ignore_errors=True)
+    else:
+        cache_dir = str(pathlib.Path(choice) if choice else runtime.default_cache_dir())
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache_dir
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 import jax
 
+# Read again: the fingerprint above may have imported jax before the variables were set.
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs",
+    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

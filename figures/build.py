@@ -17,9 +17,13 @@ from collections.abc import Mapping, Sequence
 from figures import registry
 from figures._common import Context
 from grokbench.config import ConfigError, did_you_mean
-from grokbench.store import Store
+from grokbench.runtime import CompileMeter
+from grokbench.store import Store, atomic_write_json
 
-__all__ = ["build", "check_names", "names", "resolve"]
+__all__ = ["TIMES_FILE", "build", "check_names", "names", "resolve"]
+
+TIMES_FILE = "build_times.json"
+"""Per figure and in total: wall, CPU and compile seconds, programs compiled and loaded."""
 
 
 def names() -> list[str]:
@@ -75,19 +79,27 @@ def build(
     )
     ctx.out.mkdir(parents=True, exist_ok=True)
     written: dict[str, list[pathlib.Path]] = {}
-    start = time.perf_counter()
+    times: dict[str, dict[str, float]] = {}
+    start, whole = time.perf_counter(), CompileMeter()
     for name in resolve(names):
-        t0 = time.perf_counter()
+        meter = CompileMeter()
         log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
         written[name] = registry.builds()[name](ctx)
         files = ", ".join(p.name for p in written[name])
-        log(f"[{ctx.scale}] {name}: {files} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        times[name] = meter.read()
+        log(f"[{ctx.scale}] {name}: {files} ({CompileMeter.format(times[name])})", file=sys.stderr)
     if report:
         from figures import report as report_lib
 
+        meter = CompileMeter()
         path, rows = report_lib.write(ctx)
+        times["reproduction"] = meter.read()
         counts = report_lib.count(rows)
         written["reproduction"] = [path]
         log(f"[{ctx.scale}] {path.name}: {report_lib.format_counts(counts)}", file=sys.stderr)
+    times["total"] = whole.read()
+    # Where the build's time went, per figure: docs/benchmarks.md's table reads it.
+    atomic_write_json(ctx.out / TIMES_FILE, times)
+    log(f"[{ctx.scale}] {CompileMeter.format(times['total'])}", file=sys.stderr)
     log(f"[{ctx.scale}] done in {time.perf_counter() - start:.1f} s -> {ctx.out}", file=sys.stderr)
     return written

@@ -264,7 +264,8 @@ def _dispatch(command: Command, args: argparse.Namespace) -> int:
 
     start, prog = time.time(), f"grokbench {args.command}"
     try:
-        return command.run(args)
+        with runtime.compilation_cache():  # per user, per machine (GROKBENCH_COMPILATION_CACHE)
+            return command.run(args)
     except (ConfigError, SweepBusy, *command.input_errors) as err:
         return _fail(prog, str(err), 1 if isinstance(err, SweepBusy) else 2)
     except KeyboardInterrupt:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from grokbench import runtime
-
 # Nothing here imports jax at import time: `grokbench.cli` splits the CPU into devices first.
 
 __all__ = [
@@ -209,15 +207,14 @@ def figures(args: argparse.Namespace) -> int:
     build.check_names(args.names)
     names, overrides = build.resolve(args.names), parse_overrides(args.overrides)
     _writable(args, "out", "results")
-    with runtime.compilation_cache():
-        build.build(
-            names,
-            quick=not args.full,
-            out=args.out,
-            store=Store(args.results),
-            progress=not args.no_progress,
-            overrides=overrides,
-        )
+    build.build(
+        names,
+        quick=not args.full,
+        out=args.out,
+        store=Store(args.results),
+        progress=not args.no_progress,
+        overrides=overrides,
+    )
     return 0
 
 

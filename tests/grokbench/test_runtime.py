@@ -1,6 +1,10 @@
 """grokbench.runtime: the machine fingerprint and the instruction-set level XLA targets."""
 
+import os
+import pathlib
 import platform
+import subprocess
+import sys
 
 import pytest
 
@@ -40,3 +44,37 @@ def test_fused_multiply_add_from_avx2(monkeypatch):
 
 def test_float16_compiles_at_this_level():
     assert runtime.float16_compiles() == (runtime.isa_level() != "SSE4_2")
+
+
+_COMPILE_TWICE = """
+import jax, jax.numpy as jnp
+from grokbench import runtime
+meter = runtime.CompileMeter()
+with runtime.compilation_cache() as path:
+    jax.block_until_ready(jax.jit(lambda x: jnp.tanh(x) * 3.0 + 1.0)(jnp.ones(7)))
+r = meter.read()
+print(path, r["programs"], r["cached"])
+"""
+
+
+def _compile_in_a_new_process(tmp_path, cache: str) -> tuple[str, int, int]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    env.update({runtime.CACHE_ENV: cache, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILE_TWICE], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    path, programs, cached = out.stdout.split()
+    return path, int(programs), int(cached)
+
+
+def test_a_second_process_loads_what_the_first_compiled(tmp_path):
+    """The per-user cache (here under XDG_CACHE_HOME), one directory per machine fingerprint;
+    GROKBENCH_COMPILATION_CACHE=off: nothing persists between processes."""
+    path, programs, cached = _compile_in_a_new_process(tmp_path, "")
+    assert pathlib.Path(path).parent == tmp_path / "xdg" / "grokbench" / "jax"
+    assert pathlib.Path(path).name == runtime.fingerprint_id() and programs >= 1 and cached == 0
+    assert _compile_in_a_new_process(tmp_path, "") == (path, programs, programs)
+    for _ in range(2):
+        path, programs, cached = _compile_in_a_new_process(tmp_path, "off")
+        assert cached == 0 and not pathlib.Path(path).exists()
