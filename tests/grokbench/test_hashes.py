@@ -22,6 +22,7 @@ import sys
 from grokbench import quant, recipes, versions
 from grokbench.config import config_hash
 from grokbench.quant import QuantConfig
+from tests.grokbench import golden
 
 RECORD = pathlib.Path(__file__).with_name("stored_hashes.json")
 _VERSIONS = ("CONFIG_VERSION", "DISTILL_VERSION", "QUANT_VERSION")
@@ -70,6 +71,12 @@ def _load() -> dict:
 def test_versions_are_the_recorded_ones():
     """Every hash below depends on these: a bump means re-recording (module docstring)."""
     assert _load()["versions"] == {name: getattr(versions, name) for name in _VERSIONS}
+
+
+def test_golden_pins_every_cache_version():
+    """tests/grokbench/golden.py's VERSIONS names every version `grokbench.versions` declares."""
+    declared = {name for name in versions.__all__ if name.endswith("_VERSION")}
+    assert sorted(golden.VERSIONS.values()) == sorted(declared)
 
 
 def test_every_recipe_keeps_its_config_hashes():
