@@ -39,7 +39,6 @@ Per-step metrics (float64; step t uses the parameters after t updates):
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -73,7 +72,7 @@ from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
 from grokbench.summary import summarize
 from grokbench.tables import summary_table
-from tasks import DISTILL_LOSSES, kl_divergence
+from tasks import DISTILL_LOSSES, compiled_cache, kl_divergence
 
 __all__ = [
     "DISTILL_METRICS",
@@ -215,7 +214,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     return init_one, chunk_one
 
 
-@functools.lru_cache(maxsize=32)
+@compiled_cache(maxsize=32)
 def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, chunk_one = _build(static, get_precision(static.precision), fast)
