@@ -1,8 +1,9 @@
 """The update balance at a margin plateau: D and S of `grokbench.equilibrium`'s docstring.
 
-Kept apart from `grokbench.equilibrium` so that `grokbench.experiment`, which stores the
-terms in each run's summary, does not import the analyzer (which reads run directories
-through `grokbench.sweep`, which trains through `grokbench.experiment`).
+Kept apart from `grokbench.equilibrium` so that `grokbench.summary`, which puts the terms
+in each run's summary, does not import the analyzer (which reads run directories through
+`grokbench.sweep`, which trains through `grokbench.experiment`, which loads through
+`grokbench.summary`).
 """
 
 from __future__ import annotations
