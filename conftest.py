@@ -64,3 +64,25 @@ def pytest_runtest_makereport(item, call):
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.location[1], f"Skipped: {FLOAT16_UNSUPPORTED}")
     return report
+
+
+# GROKBENCH_COMPILE_REPORT=FILE: one JSON line per test (its file, wall, CPU and compile
+# seconds, programs compiled and loaded), appended by every worker; benchmarks/suite_times.py
+# sums them per file (docs/benchmarks.md, "The build and the test suite").
+_COMPILE_REPORT = os.environ.get("GROKBENCH_COMPILE_REPORT")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _COMPILE_REPORT:
+        return (yield)
+    import json
+
+    from grokbench.runtime import CompileMeter
+
+    meter = CompileMeter()
+    result = yield
+    record = {"file": item.location[0], "test": item.nodeid, **meter.read()}
+    with open(_COMPILE_REPORT, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    return result

@@ -20,7 +20,6 @@ shrinks with the gradient.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +48,7 @@ from figures.paper import (
 from figures.registry import Figure
 from grokbench import runtime
 from numerics import oracle, standard
+from tasks import compiled_cache
 
 DTYPES = (("bf16", ml_dtypes.bfloat16), ("fp32", np.float32), ("fp64", np.float64))
 _LOSSES = {"standard": standard, "fixed": numerics}
@@ -72,7 +72,7 @@ def target_gradients(dtype, margins: np.ndarray, truth: bool = True) -> dict[str
     return out
 
 
-@functools.cache
+@compiled_cache(maxsize=8)  # one per loss module (standard, fixed)
 def _target_grad(cross_entropy):
     """The jitted per-row target-logit gradient of `cross_entropy`: one compilation per
     shape and dtype, where the eager vmap compiles every op of the gradient anew."""

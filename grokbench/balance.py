@@ -1,13 +1,13 @@
 """The update balance at a margin plateau: D and S of `grokbench.equilibrium`'s docstring.
 
-Kept apart from `grokbench.equilibrium` so that `grokbench.experiment`, which stores the
-terms in each run's summary, does not import the analyzer (which reads run directories
-through `grokbench.sweep`, which trains through `grokbench.experiment`).
+Kept apart from `grokbench.equilibrium` so that `grokbench.summary`, which puts the terms
+in each run's summary, does not import the analyzer (which reads run directories through
+`grokbench.sweep`, which trains through `grokbench.experiment`, which loads through
+`grokbench.summary`).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -20,11 +20,12 @@ import numerics
 from grokbench import engine
 from grokbench.config import RunConfig
 from grokbench.precision import get_precision, precision_scope
+from tasks import compiled_cache
 
 __all__ = ["balance_margin", "balance_terms"]
 
 
-@functools.lru_cache(maxsize=16)
+@compiled_cache(maxsize=16)
 def _radial_slope(static: RunConfig):
     """jit(params, x, y) -> mean over examples of d m_n(c theta) / dc at c = 1."""
     _, forward = engine.build_forward(static, get_precision(static.precision), fast=True)

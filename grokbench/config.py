@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import inspect
-import json
 import math
 import re
 import types
@@ -20,6 +18,7 @@ from typing import Any
 
 from grokbench.errors import ConfigError as ConfigError
 from grokbench.precision import get_precision
+from grokbench.versions import CONFIG_VERSION, DISTILL_VERSION, stable_hash
 from tasks import (
     ACTIVATIONS,
     DISTILL_LOSSES,
@@ -33,8 +32,6 @@ from tasks import (
 
 __all__ = [
     "ADDED_FIELDS",
-    "CONFIG_VERSION",
-    "DISTILL_VERSION",
     "LOSSES",
     "MODELS",
     "OPTIMIZERS",
@@ -45,7 +42,10 @@ __all__ = [
     "RunConfig",
     "check_field_types",
     "config_hash",
+    "describe",
+    "did_you_mean",
     "field_types",
+    "format_keys",
     "from_stored",
     "group_key",
     "group_runs",
@@ -56,16 +56,6 @@ __all__ = [
     "split_override",
     "xla_options",
 ]
-
-CONFIG_VERSION = 5
-"""Bumped when the engine's numbers or stored metrics change meaning; part of the run hash.
-
-2: LaProp clips g / sqrt(v_hat) to its exact bound (eps = 0 no longer gives inf).
-3: `split` defaults to per_seed (a new train/test split per run seed; grokbench/recipes.py).
-4: `numerics.cross_entropy` reads the logits twice forward (new sums, last bits).
-5: float32 / float64 `numerics.cross_entropy` sums a stored, target-zeroed array of exps
-   (one exp per entry): S_others moves in the last bit on some rows, so fp32 runs move.
-"""
 
 LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
 """Loss variants: numerics.cross_entropy, numerics.standard.cross_entropy, and the baselines.
@@ -480,23 +470,15 @@ def xla_options(cfg: RunConfig) -> dict[str, str]:
     return {}
 
 
-DISTILL_VERSION = 2
-"""The distillation runs' own version (teacher_steps > 0), in their `config_hash` only: a change
-that moves only their numbers bumps it and leaves every other stored run alone. 2: the fixed
-`numerics.softmax` rewrite moved their fp64 KL metrics (`kl`, `test_kl`) by ~1e-15 relative
-(1, before, is the hash without the key)."""
-
-
 def config_hash(cfg: RunConfig) -> str:
-    """A stable 16-hex-digit hash of the run's `identity`, `CONFIG_VERSION`, `xla_options`
-    (when it sets any: the runs on XLA's defaults keep the hashes they had before it) and, for
-    a distillation run, `DISTILL_VERSION`."""
+    """A stable 16-hex-digit hash (`grokbench.versions.stable_hash`) of the run's `identity`,
+    `CONFIG_VERSION`, `xla_options` (when it sets any: the runs on XLA's defaults keep the
+    hashes they had before it) and, for a distillation run, `DISTILL_VERSION`."""
     options = xla_options(cfg)
     extra = {"xla": options} if options else {}
     if cfg.teacher_steps:
         extra["distill"] = DISTILL_VERSION
-    payload = json.dumps({"version": CONFIG_VERSION, **identity(cfg), **extra}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return stable_hash({"version": CONFIG_VERSION, **identity(cfg), **extra})
 
 
 def group_key(cfg: RunConfig) -> tuple:

@@ -39,7 +39,6 @@ Per-step metrics (float64; step t uses the parameters after t updates):
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,7 +50,7 @@ import numpy as np
 import tqdm
 
 import numerics
-from grokbench import console, engine, slingshot
+from grokbench import console, engine
 from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_runs
 from grokbench.engine import (
@@ -71,15 +70,14 @@ from grokbench.engine import (
 from grokbench.optimizers import Hyper, apply
 from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
-from grokbench.tables import finite_or_none, summary_table
-from tasks import DISTILL_LOSSES, kl_divergence
+from grokbench.summary import summarize
+from grokbench.tables import summary_table
+from tasks import DISTILL_LOSSES, compiled_cache, kl_divergence
 
 __all__ = [
     "DISTILL_METRICS",
-    "SUMMARY_VERSION",
     "format_table",
     "run_students",
-    "summarize",
     "teacher_config",
     "train",
     "train_teachers",
@@ -97,9 +95,6 @@ DISTILL_METRICS: tuple[str, ...] = (
     "test_kl",
 )
 """Metrics recorded at every step of a distillation run (see the module docstring)."""
-
-SUMMARY_VERSION = 2
-"""Bumped when a distillation summary's fields change: stored summaries are then rebuilt."""
 
 # The teacher shares everything that defines the function it computes with its student.
 _TEACHER_FIELDS = (
@@ -219,7 +214,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     return init_one, chunk_one
 
 
-@functools.lru_cache(maxsize=32)
+@compiled_cache(maxsize=32)
 def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, chunk_one = _build(static, get_precision(static.precision), fast)
@@ -285,45 +280,6 @@ def train(
     return outputs
 
 
-def summarize(
-    cfg: RunConfig,
-    metrics: Mapping[str, np.ndarray],
-    seconds: float,
-    backend: str | None = None,
-) -> dict:
-    """A distillation run's `summary.json`: the usual keys plus the KL and drift numbers.
-
-    `max_train_loss_after_memorization` and `spikes` are None: the student starts memorized
-    and the slingshot rule does not apply. `residual_gradient` is `logit_grad_max` at step 0
-    (z_S = z_T exactly); `teacher_test_accuracy` the test accuracy at step 0, in the run's
-    precision. `backend` and `matmul_precision` as in `slingshot.summarize`.
-    """
-    kl, dist, test_acc = metrics["kl"], metrics["param_distance"], metrics["test_acc"]
-    return {
-        "config": cfg.to_dict(),
-        "test_accuracy": finite_or_none(test_acc[-1]),
-        "train_accuracy": finite_or_none(metrics["train_acc"][-1]),
-        "final_margin": finite_or_none(metrics["margin_mean"][-1]),
-        "max_train_loss_after_memorization": None,
-        "spikes": None,
-        "steps": int(cfg.steps),
-        "seconds": float(seconds),
-        "kl_final": finite_or_none(kl[-1]),
-        "kl_max": finite_or_none(np.max(kl)),
-        "max_param_distance": finite_or_none(np.max(dist)),
-        "residual_gradient": finite_or_none(metrics["logit_grad_max"][0]),
-        # Extras for analysis; the fields above are the CLI contract.
-        "final_param_distance": finite_or_none(dist[-1]),
-        "final_test_kl": finite_or_none(metrics["test_kl"][-1]),
-        "min_test_accuracy": finite_or_none(np.min(test_acc)),
-        "teacher_test_accuracy": finite_or_none(test_acc[0]),
-        "adam_step_initial": finite_or_none(metrics["adam_step"][0]),
-        "backend": backend,
-        "matmul_precision": get_precision(cfg.precision).matmul_precision,
-        "summary_version": SUMMARY_VERSION,
-    }
-
-
 def train_teachers(
     configs: Sequence[RunConfig],
     store: Store,
@@ -347,7 +303,7 @@ def train_teachers(
                 fast=fast,
                 on_chunk=console.advance(bar, len(group)),
             ):
-                summary = slingshot.summarize(out.config, out.metrics, out.seconds, out.backend)
+                summary = summarize(out.config, out.metrics, out.seconds, out.backend)
                 store.save(out.config, out.metrics, summary, params=out.params)
     teachers = {cfg: store.load_params(cfg) for cfg in unique}
     lost = [store.run_dir(cfg) for cfg, params in teachers.items() if params is None]

@@ -16,7 +16,6 @@ Step t's metrics come from the logits of the forward pass that computes its grad
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -33,7 +32,7 @@ from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_key, xla_options
 from grokbench.optimizers import Hyper, apply, orthograd, scale_by_direction
 from grokbench.precision import Precision, get_precision, precision_scope
-from tasks import build_model, modular_split
+from tasks import build_model, clear_compiled_caches, compiled_cache, modular_split
 
 __all__ = [
     "LOSS_FUNCTIONS",
@@ -339,7 +338,7 @@ def shard_runs(runs: Any, shared: Any = None) -> tuple[Any, Any]:
     return jax.device_put(runs, on_runs), jax.device_put(shared, replicated)
 
 
-@functools.lru_cache(maxsize=64)
+@compiled_cache(maxsize=64)  # one shape group's programs each
 def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     """The jitted (init, chunk) of a shape group, cached so later batches reuse compilations."""
     init_one, _, chunk_one = _build(static, get_precision(static.precision), fast)
@@ -356,8 +355,9 @@ def compiler_options(static: RunConfig) -> dict[str, str]:
 
 
 def clear_compiled() -> None:
-    """Forget the compiled programs, so the next batch compiles from scratch (for timings)."""
-    _compiled.cache_clear()
+    """Forget every cached compiled program (`tasks.clear_compiled_caches`: the engine's and
+    every other module's), so the next batch compiles from scratch (for timings)."""
+    clear_compiled_caches()
 
 
 def step_flops(configs: Sequence[RunConfig], fast: bool = True) -> float:

@@ -1,6 +1,7 @@
 """Run a list of configs through the store: load what is finished, batch and train the rest.
 
-A finished run is one whose summary.json and metrics.npz both read back whole; anything
+A finished run is one whose summary.json and metrics.npz both read back whole
+(`grokbench.summary.load`, which also rebuilds a summary written by an older rule); anything
 else (never started, killed mid-training, a truncated file) is trained again. Training
 happens in units (`plan_units`): batches of one shape group, one compiled program each,
 handed to an executor (`grokbench.executors`: this process, or Ray).
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
-from grokbench import balance, console, distill, executors, fourier, slingshot
+from grokbench import console, distill, executors, summary
 from grokbench.config import RunConfig, group_runs
-from grokbench.store import Store, atomic_write_json, load_metrics
+from grokbench.store import Store, atomic_write_json
 from grokbench.tables import summary_table
 
 __all__ = ["format_results", "format_table", "plan_units", "run_configs", "write_out"]
@@ -48,25 +50,50 @@ def run_configs(
     resumed sweep then stores exactly what an uninterrupted one would.
     """
     unique = list(dict.fromkeys(configs))
-    done = {cfg: _load(store, cfg) for cfg in unique}
-    todo = [cfg for cfg in unique if done[cfg] is None]
-    # Distillation runs have their own loop, teachers first (grokbench.distill).
-    students = distill.run_students(
-        [cfg for cfg in todo if cfg.teacher_steps],
-        store,
-        progress=progress,
-        chunk_steps=chunk_steps,
-        fast=fast,
-    )
+    done = {cfg: summary.load(store, cfg) for cfg in unique}
+    loop = {"progress": progress, "chunk_steps": chunk_steps, "fast": fast}
+    # The one place runs split by kind: distillation runs have their own loop, in this
+    # process, teachers first (grokbench.distill); every other run goes through the engine.
+    students = [cfg for cfg in unique if cfg.teacher_steps]
+    others = [cfg for cfg in unique if not cfg.teacher_steps]
+    trained = _distill(students, done, store, **loop)
+    batching = {"executor": executor, "max_batch": max_batch, "whole_units": whole_units}
+    trained |= _train(others, done, store, **batching, **loop)
+    return [
+        {**done[cfg], "run_dir": str(store.run_dir(cfg)), "cached": cfg not in trained}
+        for cfg in configs
+    ]
+
+
+def _distill(configs: Sequence[RunConfig], done: dict, store: Store, **loop: Any) -> set[RunConfig]:
+    """Train and store the distillation runs of `configs` not `done` yet; record their
+    summaries in `done` and return those runs."""
+    students = distill.run_students([cfg for cfg in configs if done[cfg] is None], store, **loop)
     done.update(students)
-    unique = [cfg for cfg in unique if not cfg.teacher_steps]
-    todo = [cfg for cfg in todo if not cfg.teacher_steps]
+    return set(students)
+
+
+def _train(
+    configs: Sequence[RunConfig],
+    done: dict,
+    store: Store,
+    *,
+    executor: executors.Executor | None,
+    max_batch: int | None,
+    whole_units: bool,
+    progress: bool,
+    chunk_steps: int,
+    fast: bool,
+) -> set[RunConfig]:
+    """Train the engine's runs of `configs` not `done` yet, in units on `executor`, and store
+    them (`run_configs`' docstring); record their summaries in `done` and return those runs."""
+    todo = [cfg for cfg in configs if done[cfg] is None]
     units = [
         unit
-        for unit in plan_units(unique if whole_units else todo, max_batch)
+        for unit in plan_units(configs if whole_units else todo, max_batch)
         if any(done[cfg] is None for cfg in unit)
     ]
-    trained = set(students)
+    trained = set()
     total = sum(cfg.steps for unit in units for cfg in unit)
     desc = f"{console.plural(len(todo), 'run')} in {console.plural(len(units), 'program')}"
     with console.bar(total, desc, progress) as bar:
@@ -75,31 +102,13 @@ def run_configs(
             for out in outputs:
                 if done[out.config] is not None:
                     continue  # stored by an earlier, interrupted call: the same numbers
-                summary = slingshot.summarize(out.config, out.metrics, out.seconds, out.backend)
-                if out.params is not None:  # the plateau's update balance (grokbench.balance)
-                    summary |= balance.balance_terms(out.config, out.params) or {}
-                store.save(out.config, out.metrics, summary)
-                done[out.config] = summary
+                new = summary.summarize(
+                    out.config, out.metrics, out.seconds, out.backend, out.params
+                )
+                store.save(out.config, out.metrics, new)
+                done[out.config] = new
                 trained.add(out.config)
-    return [
-        {**done[cfg], "run_dir": str(store.run_dir(cfg)), "cached": cfg not in trained}
-        for cfg in configs
-    ]
-
-
-def _load(store: Store, cfg: RunConfig) -> dict | None:
-    """A finished run's summary; one written by an older summary rule is rebuilt from metrics."""
-    summary = store.load_summary(cfg)
-    if summary is not None and not store.metrics_ok(cfg, fourier.columns(cfg)):
-        # summary.json without whole metrics: a damaged run, or one stored before the
-        # progress measures (grokbench.fourier) existed: trained again.
-        summary = None
-    rule = distill if cfg.teacher_steps else slingshot
-    if summary is not None and summary.get("summary_version") != rule.SUMMARY_VERSION:
-        metrics = load_metrics(store.run_dir(cfg))
-        summary = rule.summarize(cfg, metrics, summary["seconds"], summary.get("backend"))
-        atomic_write_json(store.run_dir(cfg) / "summary.json", summary)
-    return summary
+    return trained
 
 
 def write_out(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathlib.Path:

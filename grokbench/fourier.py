@@ -73,13 +73,13 @@ __all__ = [
     "FOURIER_TASKS",
     "KEY_SHARE",
     "columns",
+    "final_measures",
     "fourier_basis",
     "gini",
     "has_fourier",
     "key_frequencies",
     "layer_groups",
     "measures_fn",
-    "summary_fields",
 ]
 
 KEY_SHARE = 0.05
@@ -233,8 +233,9 @@ def key_frequencies(share_F: np.ndarray) -> list[int]:
     return [int(k) + 1 for k in np.flatnonzero(np.asarray(share_F) >= KEY_SHARE)]
 
 
-def summary_fields(metrics: Mapping[str, np.ndarray]) -> dict:
-    """The summary's progress fields from the final evaluation; None where not recorded."""
+def final_measures(metrics: Mapping[str, np.ndarray]) -> dict:
+    """The progress measures at the final evaluation (key frequencies, restricted and excluded
+    loss, Gini), as a run's summary and the phase table show them; None where not recorded."""
     if "logit_freq_share" not in metrics:
         return dict.fromkeys(
             ("key_frequencies", "restricted_loss_final", "excluded_loss_final", "gini_final")

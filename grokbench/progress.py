@@ -78,7 +78,7 @@ def phases(metrics: Mapping[str, np.ndarray]) -> dict:
         "circuit_step": circuit,
         "cleanup_step": cleanup,
         "grok_step": slingshot.grok_step(steps, metrics["test_acc"]),
-        **fourier.summary_fields(metrics),
+        **fourier.final_measures(metrics),
     }
 
 

@@ -327,6 +327,7 @@ class CompileMeter:
         self.start()
 
     def start(self) -> CompileMeter:
+        """Start (again) from now."""
         import time
 
         self._t0 = (time.perf_counter(), time.process_time(), dict(_totals))

@@ -1,4 +1,4 @@
-"""Slingshot spikes: a documented counting rule, and the per-run summary built on it.
+"""Slingshot spikes: a documented counting rule, the steps a run memorizes and groks at.
 
 The rule (`spike_steps`) reads the true training cross-entropy `train_ce` (mean
 softplus(-m): accurate past the cliff, so standard CE's collapsed loss of exactly 0 hides
@@ -37,10 +37,8 @@ from typing import Any
 import numpy as np
 
 import numerics
-from grokbench.config import RunConfig
-from grokbench.fourier import summary_fields
 from grokbench.precision import get_precision
-from grokbench.tables import align, finite_or_none, run_keys
+from grokbench.tables import align, run_keys
 
 __all__ = [
     "GROK_ACC",
@@ -50,7 +48,6 @@ __all__ = [
     "SPIKE_HYSTERESIS",
     "SPIKE_QUIET",
     "SPIKE_WINDOW",
-    "SUMMARY_VERSION",
     "Spike",
     "count_spikes",
     "describe_spikes",
@@ -58,13 +55,7 @@ __all__ = [
     "grok_step",
     "memorization_step",
     "spike_steps",
-    "summarize",
 ]
-
-SUMMARY_VERSION = 3
-"""Bumped when the summary's fields or the spike rule change: stored summaries are then rebuilt.
-
-3: the progress fields (`grokbench.fourier.summary_fields`)."""
 
 SPIKE_FACTOR = 10.0
 """A spike's loss is at least this multiple of the running minimum since memorization."""
@@ -239,46 +230,3 @@ def format_spikes(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarra
         "launched from; decades: log10(peak / loss at launch)."
     )
     return "\n".join(lines)
-
-
-def summarize(
-    cfg: RunConfig,
-    metrics: Mapping[str, np.ndarray],
-    seconds: float,
-    backend: str | None = None,
-) -> dict:
-    """The run's `summary.json` (fractions in [0, 1], margins in nats).
-
-    `backend` is where the run trained (`engine.RunOutput.backend`; None when not known) and
-    `matmul_precision` the one the engine pinned for its precision (`Precision.matmul_precision`).
-    """
-    acc, ce = metrics["train_acc"], metrics["train_ce"]
-    mem = memorization_step(acc)
-    after = ce[mem + 1 :] if mem is not None else ce[:0]
-    spikes = spike_steps(ce, acc)
-    compute = get_precision(cfg.precision).compute_dtype
-    return {
-        "config": cfg.to_dict(),
-        "test_accuracy": finite_or_none(metrics["test_acc"][-1]),
-        "train_accuracy": finite_or_none(acc[-1]),
-        "final_margin": finite_or_none(metrics["margin_mean"][-1]),
-        "max_train_loss_after_memorization": finite_or_none(after.max()) if after.size else None,
-        "spikes": len(spikes),
-        "steps": int(cfg.steps),
-        "seconds": float(seconds),
-        # Extras for analysis; the fields above are the CLI contract.
-        "spike_steps": spikes,
-        "memorization_step": mem,
-        "grok_step": grok_step(metrics["test_step"], metrics["test_acc"]),
-        "final_train_loss": finite_or_none(metrics["train_loss"][-1]),
-        "final_train_ce": finite_or_none(ce[-1]),
-        "final_test_loss": finite_or_none(metrics["test_loss"][-1]),
-        "final_min_margin": finite_or_none(metrics["margin_min"][-1]),
-        "final_frac_past_cliff": finite_or_none(metrics["frac_past_cliff"][-1]),
-        "precision_cliff": numerics.precision_cliff(compute),
-        "equilibrium_margin": finite_or_none(numerics.equilibrium_margin(cfg.eps)),
-        "backend": backend,
-        "matmul_precision": get_precision(cfg.precision).matmul_precision,
-        **summary_fields(metrics),
-        "summary_version": SUMMARY_VERSION,
-    }

@@ -1,9 +1,13 @@
 """Datasets and models: modular arithmetic, the 1-layer transformer, the 2-layer MLP,
 and soft-target distillation (losses and accurate student-teacher metrics).
-The quantization lab's corpora and models are the subpackage `tasks.quant`."""
+The quantization lab's corpora and models are the subpackage `tasks.quant`. Every cache of
+compiled programs, here and above, is a `compiled_cache` (bounded, cleared all at once)."""
 
 from tasks._common import MODEL_DTYPES as MODEL_DTYPES
 from tasks._common import Params as Params
+from tasks._compiled import clear_compiled_caches as clear_compiled_caches
+from tasks._compiled import compiled_cache as compiled_cache
+from tasks._compiled import compiled_caches as compiled_caches
 from tasks._distill import DISTILL_LOSSES as DISTILL_LOSSES
 from tasks._distill import kl_divergence as kl_divergence
 from tasks._distill import soft_target_gradient as soft_target_gradient

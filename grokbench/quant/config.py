@@ -7,29 +7,21 @@ One `QuantConfig` is one trained model and its PTQ evaluation (`grokbench.quant`
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from typing import Any
 
 from grokbench.config import ConfigError, check_field_types, require
+from grokbench.versions import QUANT_VERSION, stable_hash
 from numerics import clipped_softmax_gamma
 from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
 
 __all__ = [
     "BERT_GAMMA",
     "BIT_CONFIGS",
-    "QUANT_VERSION",
     "VARIANTS",
     "QuantConfig",
     "parse_bit_list",
     "parse_bits",
 ]
-
-QUANT_VERSION = 7
-"""Bumped when training or evaluation numbers change meaning; part of every quant hash.
-6: the float32 `numerics.cross_entropy` layout of CONFIG_VERSION 5 (last bits). 7: the LM
-head trains through `numerics.linear_cross_entropy` (last bits: the golden quant case's
-parameter norm after 2 steps moved by 7e-13)."""
 
 VARIANTS: dict[str, tuple[str, str]] = {
     "vanilla": ("softmax", "none"),
@@ -267,12 +259,8 @@ class QuantConfig:
 
     def train_hash(self) -> str:
         """16 hex digits identifying the trained model."""
-        return _hash({"quant_version": QUANT_VERSION, "kind": "train", **self.train_dict()})
+        return stable_hash({"quant_version": QUANT_VERSION, "kind": "train", **self.train_dict()})
 
     def eval_hash(self) -> str:
         """16 hex digits identifying the evaluation (training fields and PTQ fields)."""
-        return _hash({"quant_version": QUANT_VERSION, "kind": "eval", **self.eval_dict()})
-
-
-def _hash(payload: dict) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return stable_hash({"quant_version": QUANT_VERSION, "kind": "eval", **self.eval_dict()})

@@ -73,16 +73,16 @@ class _Runner:
         out = probe(
             params,
             {k: jnp.asarray(v) for k, v in batch.items()},
-            self.gamma,
-            self.zeta,
-            lo,
-            hi,
-            jnp.float32(act_bits),
-            _flags(quantize, self.names),
-            lo,
-            hi,
-            self.delim,
-            self.special,
+            gamma=self.gamma,
+            zeta=self.zeta,
+            lo=lo,
+            hi=hi,
+            act_bits=jnp.float32(act_bits),
+            quantize=_flags(quantize, self.names),
+            hist_lo=lo,
+            hist_hi=hi,
+            delim_V=self.delim,
+            special_V=self.special,
         )
         return jax.device_get(out)  # one transfer, not one sync per statistic
 
@@ -116,16 +116,16 @@ class _Runner:
                     probe(
                         params,
                         {k: jnp.asarray(v) for k, v in b.items()},
-                        self.gamma,
-                        self.zeta,
-                        self.zeros,
-                        self.zeros,
-                        jnp.float32(act_bits),
-                        jnp.asarray(False),
-                        full_lo,
-                        full_hi,
-                        self.delim,
-                        self.special,
+                        gamma=self.gamma,
+                        zeta=self.zeta,
+                        lo=self.zeros,
+                        hi=self.zeros,
+                        act_bits=jnp.float32(act_bits),
+                        quantize=jnp.asarray(False),
+                        hist_lo=full_lo,
+                        hist_hi=full_hi,
+                        delim_V=self.delim,
+                        special_V=self.special,
                     )
                 )
                 for n in self.names:

@@ -10,7 +10,6 @@ share one compiled training program.
 
 from __future__ import annotations
 
-import functools
 import pathlib
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from tqdm.auto import tqdm
 from grokbench.optimizers import add_decayed_weights, scale_by_adam
 from grokbench.quant.config import QuantConfig
 from grokbench.store import Store
+from tasks import compiled_cache
 from tasks.quant import (
     MATMUL_PRECISION,
     Corpus,
@@ -67,7 +67,8 @@ def _optimizer(
     )
 
 
-@functools.cache
+# The recipe, its quick variant and the ablations train 11 distinct (model, optimizer) keys.
+@compiled_cache(maxsize=32)
 def _programs(
     model: QuantModelConfig, mask_items: tuple, b1: float, b2: float, eps: float, clip: float
 ):

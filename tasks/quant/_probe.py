@@ -2,7 +2,7 @@
 
 Shape letters: B batch, T positions, D d_model, H heads, V vocabulary, L layers.
 
-`make_quant_probe(cfg)` returns a function of (params, batch, ...) that runs the model with a
+`make_quant_probe(cfg)` returns a function of (params, batch, *, ...) that runs the model with a
 tap on every quantized tensor. Each tap records its input's min and max (and, when
 asked, percentiles or a histogram for the range estimators) and, when `quantize` is
 true, passes on the input quantize-dequantized with its static range. The same pass
@@ -13,11 +13,10 @@ calibration and the quantized evaluation share one compiled program per architec
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
+from tasks._compiled import compiled_cache
 from tasks.quant._fakequant import fake_quant_asymmetric
 from tasks.quant._metrics import attention_mass, inf_norm, kurtosis, outlier_mask
 from tasks.quant._models import QuantModelConfig, lm_loss_sums, quant_model_apply, quant_model_init
@@ -28,7 +27,7 @@ def quant_tap_names(cfg: QuantModelConfig) -> tuple[str, ...]:
     return _tap_names(cfg)
 
 
-@functools.cache
+@compiled_cache(maxsize=64)  # a traced pass, not a program: cheap to keep
 def _tap_names(cfg: QuantModelConfig) -> tuple[str, ...]:
     names: list[str] = []
 
@@ -43,19 +42,22 @@ def _tap_names(cfg: QuantModelConfig) -> tuple[str, ...]:
 
 
 def make_quant_probe(cfg: QuantModelConfig, percentile: float | None = None, hist_bins: int = 0):
-    """The jitted probe for `cfg` (cached per architecture and estimator options).
+    """The probe for `cfg`: one jitted program, cached per architecture and estimator options.
 
-    Call as probe(params, batch, gamma, zeta, lo, hi, act_bits, quantize, hist_lo, hist_hi,
-    delim_V, special_V) with lo/hi/hist_lo/hist_hi dicts tap name -> float32 scalar (any
-    values when unused). `quantize` is a bool scalar (every tap) or a dict tap name -> bool
-    scalar (which taps pass on their quantized input). `percentile` (e.g. 99.99) adds the
+    Call as probe(params, batch, *, gamma, zeta, lo, hi, act_bits, quantize, hist_lo,
+    hist_hi, delim_V, special_V), everything after the batch by name: lo/hi/hist_lo/hist_hi
+    are dicts tap name -> float32 scalar (any values when unused), `act_bits` the activation
+    bit width (a float32 scalar), `quantize` a bool scalar (every tap) or a dict tap name ->
+    bool scalar (which taps pass on their quantized input), delim_V/special_V the corpus's
+    (V,) bool masks of delimiter and special tokens. `percentile` (e.g. 99.99) adds the
     per-batch lower/upper percentiles of each tap; `hist_bins` > 0 adds a histogram over
     [hist_lo, hist_hi].
     """
     return _make_probe(cfg, percentile, hist_bins)
 
 
-@functools.cache  # one compiled program per architecture and estimator options
+# One program per architecture and estimator options (the quant lab's builds use 9 models).
+@compiled_cache(maxsize=32)
 def _make_probe(cfg: QuantModelConfig, percentile: float | None, hist_bins: int):
     names = quant_tap_names(cfg)
     metric_names = cfg.metric_taps()
@@ -89,7 +91,29 @@ def _make_probe(cfg: QuantModelConfig, percentile: float | None, hist_bins: int)
         out |= _outlier_stats(cfg, seen, metric_names, tokens, delim_V, special_V)
         return out
 
-    return jax.jit(probe)
+    program = jax.jit(probe)
+
+    def by_name(
+        params,
+        batch,
+        *,
+        gamma,
+        zeta,
+        lo,
+        hi,
+        act_bits,
+        quantize,
+        hist_lo,
+        hist_hi,
+        delim_V,
+        special_V,
+    ):
+        # Positional into the jitted program: keyword arguments would enter it sorted by
+        # name, reordering its parameters.
+        args = (gamma, zeta, lo, hi, act_bits, quantize, hist_lo, hist_hi, delim_V, special_V)
+        return program(params, batch, *args)
+
+    return by_name
 
 
 def _histogram(x: jax.Array, lo: jax.Array, hi: jax.Array, bins: int) -> jax.Array:

@@ -9,9 +9,10 @@ import jax
 import numpy as np
 import pytest
 
-from grokbench import cli, engine, equilibrium, experiment, metrics, slingshot
+from grokbench import cli, engine, equilibrium, experiment, metrics
 from grokbench.config import RunConfig
 from grokbench.store import Store
+from grokbench.summary import summarize
 from tasks import build_model
 
 N = 4000
@@ -155,7 +156,7 @@ def fabricated_dir(tmp_path):
     store = Store(tmp_path)
     summaries = []
     for cfg, m in _fabricated_runs():
-        summary = slingshot.summarize(cfg, m, 1.0)
+        summary = summarize(cfg, m, 1.0)
         store.save(cfg, m, summary)
         summaries.append({**summary, "run_dir": str(store.run_dir(cfg))})
     experiment.write_out(tmp_path, summaries)

@@ -27,8 +27,10 @@ NAMES = (
     "runtime",
     "slingshot",
     "store",
+    "summary",
     "sweep",
     "tables",
+    "versions",
 )
 MODULES = tuple(importlib.import_module(f"grokbench.{name}") for name in NAMES)
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from grokbench import slingshot
+from grokbench import slingshot, summary
 from grokbench.config import RunConfig
 
 
@@ -109,7 +109,7 @@ def test_summary_fields():
         "test_acc": np.linspace(0.1, 1.0, n // 10),
         "test_loss": np.ones(n // 10),
     }
-    s = slingshot.summarize(RunConfig(steps=n, eval_every=10), metrics, seconds=1.5)
+    s = summary.summarize(RunConfig(steps=n, eval_every=10), metrics, seconds=1.5)
     assert s["spikes"] == 1 and s["spike_steps"] == [120]
     assert s["final_margin"] == pytest.approx(12.5)
     assert s["max_train_loss_after_memorization"] == pytest.approx(2.0)

@@ -9,6 +9,7 @@ import pytest
 from grokbench import cli, experiment, metrics, slingshot
 from grokbench.config import RunConfig
 from grokbench.store import Store
+from grokbench.summary import summarize
 
 N = 3000
 CFG = RunConfig(loss="standard", steps=N, eval_every=100)
@@ -62,7 +63,7 @@ def test_slingshot_cli(tmp_path, capsys):
     store = Store(tmp_path)
     summaries = []
     for cfg, m in [(CFG, _run()), (dataclasses.replace(CFG, loss="fixed"), _run(spikes=()))]:
-        summary = slingshot.summarize(cfg, m, 1.0)
+        summary = summarize(cfg, m, 1.0)
         store.save(cfg, m, summary)
         summaries.append({**summary, "run_dir": str(store.run_dir(cfg))})
     assert [s["spikes"] for s in summaries] == [2, 0]  # summary.json counts them

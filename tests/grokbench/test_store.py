@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from grokbench import config, engine, experiment, metrics, slingshot, store
+from grokbench import config, distill, engine, experiment, metrics, store, versions
 from grokbench.config import RunConfig, config_hash
 from tests.fakes import progress_columns
 
@@ -123,7 +123,7 @@ def test_old_summaries_are_rebuilt(tmp_path, fake_train):
     old = json.loads(path.read_text())
     store.atomic_write_json(path, {**old, "summary_version": 0, "spikes": 99})
     (summary,) = experiment.run_configs([CFG], s, progress=False)
-    assert summary["spikes"] == 0 and summary["summary_version"] == slingshot.SUMMARY_VERSION
+    assert summary["spikes"] == 0 and summary["summary_version"] == versions.SUMMARY_VERSION
     assert json.loads(path.read_text())["spikes"] == 0
     assert len(fake_train) == 1
 
@@ -196,3 +196,22 @@ def test_metrics_frame(tmp_path, fake_train):
     frame = store.metrics_frame(s.run_dir(CFG))
     assert isinstance(frame, pd.DataFrame) and len(frame) == CFG.steps
     assert frame["test_acc"].notna().sum() == 1  # test_step 10 is a training step, 20 is not
+
+
+def test_distillation_and_engine_runs_split_in_one_call(tmp_path, fake_train, monkeypatch):
+    """run_configs hands distillation runs to grokbench.distill (first) and the others to
+    the engine, and answers in the order asked, whichever trained them."""
+    student = RunConfig(p=7, teacher_steps=10, eval_every=1, steps=20)
+    calls = []
+
+    def run_students(configs, s, **kwargs):
+        calls.append(list(configs))
+        assert not fake_train  # students before the engine's runs
+        return {cfg: {"config": cfg.to_dict(), "kl_final": 0.0} for cfg in configs}
+
+    monkeypatch.setattr(distill, "run_students", run_students)
+    other = dataclasses.replace(CFG, seed=1)
+    out = experiment.run_configs([CFG, student, other, CFG], store.Store(tmp_path), progress=False)
+    assert calls == [[student]] and fake_train == [[CFG, other]]
+    assert [r["config"] for r in out] == [c.to_dict() for c in (CFG, student, other, CFG)]
+    assert out[1]["kl_final"] == 0.0 and not any(r["cached"] for r in out)

@@ -31,7 +31,10 @@ def _setup():
     masks = jnp.asarray(corpus.delimiter_mask()), jnp.asarray(corpus.special_mask())
 
     def run(lo, hi, bits, quantize):
-        return probe(params, batch, 0.0, 1.0, lo, hi, bits, quantize, lo, hi, *masks)
+        return probe(
+            params, batch, gamma=0.0, zeta=1.0, lo=lo, hi=hi, act_bits=bits, quantize=quantize,
+            hist_lo=lo, hist_hi=hi, delim_V=masks[0], special_V=masks[1],
+        )  # fmt: skip
 
     zeros = {n: jnp.float32(0) for n in names}
     fp = run(zeros, zeros, jnp.float32(8), jnp.asarray(False))
@@ -100,9 +103,12 @@ def test_percentile_estimator_matches_numpy():
     zeros = {n: jnp.float32(0) for n in names}
     masks = jnp.asarray(corpus.delimiter_mask()), jnp.asarray(corpus.special_mask())
     out = make_quant_probe(cfg, percentile=99.0)(
-        params, batch, 0.0, 1.0, zeros, zeros, jnp.float32(8), jnp.asarray(False), zeros, zeros,
-        *masks,
+        params, batch, gamma=0.0, zeta=1.0, lo=zeros, hi=zeros, act_bits=jnp.float32(8),
+        quantize=jnp.asarray(False), hist_lo=zeros, hist_hi=zeros, delim_V=masks[0],
+        special_V=masks[1],
     )  # fmt: skip
+    with pytest.raises(TypeError):  # everything after the batch goes by name
+        make_quant_probe(cfg, percentile=99.0)(params, batch, 0.0, 1.0)
 
     @jax.jit  # one compiled program, not one per operation
     def taps(params, batch):
