@@ -66,6 +66,12 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked `first` run first: with `pytest -n 2` a test of minutes started last would
+    leave one worker idle while the other finishes it."""
+    items.sort(key=lambda item: item.get_closest_marker("first") is None)
+
+
 # GROKBENCH_COMPILE_REPORT=FILE: one JSON line per test (its file, wall, CPU and compile
 # seconds, programs compiled and loaded), appended by every worker; benchmarks/suite_times.py
 # sums them per file (docs/benchmarks.md, "The build and the test suite").

@@ -35,6 +35,7 @@ def test_other_level_is_lower_and_available():
     assert other_level("SSE4_2") in ("AVX", None)
 
 
+@pytest.mark.first  # minutes: the other worker runs the rest of the suite meanwhile
 @pytest.mark.skipif(
     platform.machine().lower() not in ("x86_64", "amd64") or jax.default_backend() != "cpu",
     reason="--xla_cpu_max_isa levels below the host's exist on x86-64's XLA CPU backend",
