@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics._checks import Axis
 from numerics._cross_entropy import prepare, valid_rows
 from numerics._softmax import over_classes, softmax
+from numerics._validate import Axis
 from numerics.standard import cross_entropy as standard_cross_entropy
 
 

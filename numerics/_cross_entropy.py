@@ -6,15 +6,15 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
-from numerics._checks import Axis
-from numerics._lm_loss import check_options, loss_from, options_cross_entropy
+from numerics import _validate
+from numerics._lm_loss import loss_from, options_cross_entropy, validate_options
 from numerics._softmax import (
     finite_row_max,
     logsumexp_or_neg_inf,
     set_along_rows,
     softmax_last,
 )
+from numerics._validate import Axis
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
@@ -179,15 +179,15 @@ def _gradient_jvp(primals, tangents):
 
 def prepare(logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None = None):
     """Check inputs and flatten the class axes last; shared with the baselines."""
-    logits = _checks.check_float(logits, "logits")
-    axes = _checks.check_axis(logits, axis, "logits")
-    mask = _checks.check_loss_mask(where, logits.shape, axes)
-    labels = _checks.check_labels(labels, logits, axes, mask)
+    logits = _validate.float_array(logits, "logits")
+    axes = _validate.class_axes(logits, axis, "logits")
+    mask = _validate.loss_mask(where, logits.shape, axes)
+    labels = _validate.class_labels(labels, logits, axes, mask)
     # Labels index the class axis; int32 is enough for any K and keeps the iota small.
     if labels.dtype.itemsize < 4 or jnp.issubdtype(labels.dtype, jnp.unsignedinteger):
         labels = labels.astype(jnp.int32)
-    logits = _checks.classes_last(logits, axes)
-    mask = None if mask is None else _checks.classes_last(mask, axes)
+    logits = _validate.classes_last(logits, axes)
+    mask = None if mask is None else _validate.classes_last(mask, axes)
     return logits, labels, mask
 
 
@@ -286,7 +286,7 @@ def cross_entropy(
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
-    opts = check_options(z_loss, soft_cap, label_smoothing)
+    opts = validate_options(z_loss, soft_cap, label_smoothing)
     logits, labels, mask = prepare(logits, labels, axis, where)
     if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
         return jnp.full(labels.shape, jnp.nan, logits.dtype)

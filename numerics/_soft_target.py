@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
-from numerics._checks import Axis
+from numerics import _validate
 from numerics._softmax import finite_row_max, log_softmax_last, shifted_sums, softmax_last
+from numerics._validate import Axis
 
 
 def _lowest(x: jax.Array) -> jax.Array:
@@ -242,7 +242,7 @@ def soft_target_cross_entropy(
     Returns:
       Per-example losses: the shape of the logits without `axis`, their dtype.
     """
-    student, teacher, mask = _checks.check_student_teacher(
+    student, teacher, mask = _validate.student_teacher(
         student_logits, teacher_logits, axis, temperature, where
     )
     if mask is None:

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
-from numerics._checks import Axis
+from numerics import _validate
+from numerics._validate import Axis
 
 
 def finite_row_max(x: jax.Array) -> jax.Array:
@@ -276,14 +276,14 @@ def _softmax_jvp(primals, tangents):
 def over_classes(fn, x: ArrayLike, axis, where: ArrayLike | None) -> jax.Array:
     """Check `x`, `axis` and `where`, apply fn(x, mask) with the class axes flattened last,
     and return the result in the shape of `x`. An empty `x` is returned as it is."""
-    x = _checks.check_float(x, "x")
-    axes = _checks.check_axis(x, axis, "x")
-    mask = _checks.check_mask(where, x.shape)
+    x = _validate.float_array(x, "x")
+    axes = _validate.class_axes(x, axis, "x")
+    mask = _validate.entry_mask(where, x.shape)
     if x.size == 0:
         return x
-    flat = _checks.classes_last(x, axes)
-    mask = None if mask is None else _checks.classes_last(mask, axes)
-    return _checks.classes_back(fn(flat, mask), axes, x.shape)
+    flat = _validate.classes_last(x, axes)
+    mask = None if mask is None else _validate.classes_last(mask, axes)
+    return _validate.classes_back(fn(flat, mask), axes, x.shape)
 
 
 def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:

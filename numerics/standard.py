@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
-from numerics._checks import Axis
+from numerics import _validate
 from numerics._cross_entropy import prepare
-from numerics._lm_loss import check_options
+from numerics._lm_loss import validate_options
+from numerics._validate import Axis
 
 
 def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
@@ -32,9 +32,9 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
     Returns:
       An array of the shape and dtype of `x`.
     """
-    x = _checks.check_float(x, "x")
-    axes = _checks.check_axis(x, axis, "x")
-    where = _checks.check_mask(where, x.shape)
+    x = _validate.float_array(x, "x")
+    axes = _validate.class_axes(x, axis, "x")
+    where = _validate.entry_mask(where, x.shape)
     return jax.nn.log_softmax(x, axis=axes, where=where)
 
 
@@ -49,9 +49,9 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
     Returns:
       Probabilities of the shape and dtype of `x`.
     """
-    x = _checks.check_float(x, "x")
-    axes = _checks.check_axis(x, axis, "x")
-    where = _checks.check_mask(where, x.shape)
+    x = _validate.float_array(x, "x")
+    axes = _validate.class_axes(x, axis, "x")
+    where = _validate.entry_mask(where, x.shape)
     return jax.nn.softmax(x, axis=axes, where=where)
 
 
@@ -91,7 +91,7 @@ def cross_entropy(
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
-    opts = check_options(z_loss, soft_cap, label_smoothing)
+    opts = validate_options(z_loss, soft_cap, label_smoothing)
     logits, labels, mask = prepare(logits, labels, axis, where)
     if opts.soft_cap is not None:
         c = jnp.asarray(opts.soft_cap, logits.dtype)
@@ -139,7 +139,7 @@ def soft_target_cross_entropy(
     Returns:
       Per-example losses: the shape of the logits without `axis`, their dtype.
     """
-    student, teacher, mask = _checks.check_student_teacher(
+    student, teacher, mask = _validate.student_teacher(
         student_logits, teacher_logits, axis, temperature, where
     )
     targets = jax.nn.softmax(teacher, axis=-1, where=mask)
