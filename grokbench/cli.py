@@ -472,6 +472,9 @@ _KIND_CALLS = {
     "soft-cap": "fn(logits, labels) -> per-row losses of 30 tanh(logits / 30)",
     "label-smoothing": "fn(logits, labels) -> per-row losses, label smoothing 0.1",
     "linear-ce": "fn(hidden, weight, labels) -> per-row losses of hidden @ weight",
+    "kl": "fn(student_logits, teacher_logits) -> per-row KL(p_teacher || q_student)",
+    "reverse-kl": "fn(student_logits, teacher_logits) -> per-row KL(q_student || p_teacher)",
+    "js": "fn(student_logits, teacher_logits) -> per-row Jensen-Shannon divergences",
 }
 
 

@@ -28,6 +28,9 @@ from numerics._collapse import collapse_stats as collapse_stats
 from numerics._collapse import collapse_stats_from_rows as collapse_stats_from_rows
 from numerics._cross_entropy import cross_entropy as cross_entropy
 from numerics._cross_entropy import logit_margin as logit_margin
+from numerics._divergence import js_divergence as js_divergence
+from numerics._divergence import kl_divergence as kl_divergence
+from numerics._divergence import reverse_kl_divergence as reverse_kl_divergence
 from numerics._linear import linear_cross_entropy as linear_cross_entropy
 from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
 from numerics._softmax import log_softmax as log_softmax
@@ -42,11 +45,14 @@ __all__ = [
     "cross_entropy",
     "equilibrium_margin",
     "first_zero",
+    "js_divergence",
+    "kl_divergence",
     "linear_cross_entropy",
     "log_softmax",
     "logit_margin",
     "oracle",
     "precision_cliff",
+    "reverse_kl_divergence",
     "soft_target_cross_entropy",
     "softmax",
     "stablemax_cross_entropy",

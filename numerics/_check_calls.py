@@ -13,14 +13,18 @@ import numpy as np
 from numerics._check_tally import SignatureError, Tally
 from numerics._cliffs import first_zero
 
+PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
+"""The kinds called as fn(student_logits, teacher_logits) -> per-row losses."""
+
 
 def value_and_grad_runner(fn: Callable, kind: str) -> Callable:
     """jit of (input, other) -> (output, gradient) for `kind`.
 
-    ce / soft-target: gradient of the summed loss with respect to the first argument;
-    softmax / log_softmax: the vector-Jacobian product with the cotangent `other`.
+    ce and the student/teacher kinds (`PAIR_KINDS`): gradient of the summed loss with
+    respect to the first argument; softmax / log_softmax: the vector-Jacobian product
+    with the cotangent `other`.
     """
-    if kind in ("ce", "soft-target"):
+    if kind in ("ce", *PAIR_KINDS):
 
         def run(x, other):
             out, vjp = jax.vjp(lambda x: fn(x, other), x)
@@ -43,10 +47,12 @@ def fn_name(fn: Callable) -> str:
 def probe_signature(fn: Callable, run: Callable, kind: str, dtype: np.dtype) -> np.dtype:
     """Call once on plain input; SignatureError unless it works and has the right shape."""
     z = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -1.0]], dtype)
-    other = {"ce": np.array([2, 0], np.int32), "soft-target": z[:, ::-1].copy()}
-    other = other.get(kind, np.eye(3, dtype=dtype)[[2, 0]])
-    call = {"ce": "(logits, labels)", "soft-target": "(student_logits, teacher_logits)"}
-    call = call.get(kind, "(x)")
+    if kind == "ce":
+        other, call = np.array([2, 0], np.int32), "(logits, labels)"
+    elif kind in PAIR_KINDS:
+        other, call = z[:, ::-1].copy(), "(student_logits, teacher_logits)"
+    else:
+        other, call = np.eye(3, dtype=dtype)[[2, 0]], "(x)"
     try:
         out, _ = run(z, other)
     except Exception as err:  # any failure on plain input means we cannot check it
@@ -54,7 +60,7 @@ def probe_signature(fn: Callable, run: Callable, kind: str, dtype: np.dtype) -> 
         raise SignatureError(
             f"calling {fn_name(fn)}{call} with {dtype.name} arrays of shape (2, 3) raised {message}"
         ) from err
-    expected = (2,) if kind in ("ce", "soft-target") else (2, 3)
+    expected = (2,) if kind in ("ce", *PAIR_KINDS) else (2, 3)
     if out.shape != expected:
         raise SignatureError(
             f"{fn_name(fn)}{call} on shape (2, 3) returned shape {out.shape}; a {kind} function "
@@ -92,10 +98,13 @@ def first_spurious_zero(tally, computed, exact, m, at_margin) -> float | None:
 def nan_propagation(tally, run, kind, dtype) -> bool:
     """A row holding a NaN must give NaN; records a failure if it gives a finite number."""
     z = np.array([[np.nan, 0.0, 1.0]], dtype)
-    other = {"ce": np.array([1], np.int32), "soft-target": np.array([[0.0, 0.0, 1.0]], dtype)}
-    got = run_or_fail(
-        tally, run, "a row holding NaN", z, other.get(kind, np.eye(3, dtype=dtype)[:1])
-    )
+    if kind == "ce":
+        other = np.array([1], np.int32)
+    elif kind in PAIR_KINDS:
+        other = np.array([[0.0, 0.0, 1.0]], dtype)
+    else:
+        other = np.eye(3, dtype=dtype)[:1]
+    got = run_or_fail(tally, run, "a row holding NaN", z, other)
     if got is None:
         return False
     propagates = bool(np.isnan(got[0].astype(np.float64)).any())

@@ -104,9 +104,12 @@ def errors_in_ulps_of(grad, exact, scale, dtype) -> np.ndarray:
     error no implementation can make small relative to the result itself.
     """
     tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
-    diff = np.abs(np.asarray(grad, np.float64) - np.asarray(exact).astype(np.float64))
+    got, want = np.asarray(grad, np.float64), np.asarray(exact).astype(np.float64)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))  # equal infinities, NaN for NaN
     with np.errstate(invalid="ignore"):
-        return np.maximum(diff - tiny, 0) / oracle.ulp(np.maximum(scale, tiny), dtype)
+        diff = np.abs(got - want)
+        err = np.maximum(diff - tiny, 0) / oracle.ulp(np.maximum(scale, tiny), dtype)
+    return np.where(same, 0.0, np.nan_to_num(err, nan=np.inf))
 
 
 def option_conditioning(z: np.ndarray, labels: np.ndarray, **options):

@@ -2,13 +2,15 @@
 
 Three kinds of tools, for a user's own pytest suite:
 
-- **Checks.** `check_cross_entropy(fn, dtype)`, `check_softmax`, `check_log_softmax` and
-  `check_soft_target_cross_entropy` call any function with the standard signature on
-  the hard cases (margins from -40 to past exponent underflow with every ulp around
-  `precision_cliff(dtype)`, K from 2 to 50,000, tiny and huge logit scales, ties and
-  near-ties at the max, -inf entries, NaN, student/teacher pairs at distance 0) and
-  compare values and gradients with `numerics.oracle`. Each returns a `CheckResult`;
-  one line in a test asserts it: `check_cross_entropy(my_loss, "bf16").assert_ok()`.
+- **Checks.** `check_cross_entropy(fn, dtype)`, `check_softmax`, `check_log_softmax`,
+  `check_soft_target_cross_entropy` and the divergences' `check_kl_divergence`,
+  `check_reverse_kl_divergence` and `check_js_divergence` call any function with the
+  standard signature on the hard cases (margins from -40 to past exponent underflow
+  with every ulp around `precision_cliff(dtype)`, K from 2 to 50,000, tiny and huge
+  logit scales, ties and near-ties at the max, -inf entries, NaN, student/teacher pairs
+  at distance 0) and compare values and gradients with `numerics.oracle`. Each returns
+  a `CheckResult`; one line in a test asserts it:
+  `check_cross_entropy(my_loss, "bf16").assert_ok()`.
 - **`assert_ulp_close(actual, expected, ulps)`**, whose message says where and by how much.
 - **Hypothesis strategies** (`logits`, `labelled_logits`, `masked_logits`,
   `student_teacher`) drawing the same hard cases for property tests. They need
@@ -43,6 +45,11 @@ from numerics._check_cross_entropy import check_linear_cross_entropy as check_li
 from numerics._check_cross_entropy import (
     check_option_cross_entropy as check_option_cross_entropy,
 )
+from numerics._check_divergence import check_js_divergence as check_js_divergence
+from numerics._check_divergence import check_kl_divergence as check_kl_divergence
+from numerics._check_divergence import (
+    check_reverse_kl_divergence as check_reverse_kl_divergence,
+)
 from numerics._check_normalizers import check_log_softmax as check_log_softmax
 from numerics._check_normalizers import check_softmax as check_softmax
 from numerics._check_soft_target import (
@@ -72,9 +79,12 @@ __all__ = [
     "as_dtype",
     "assert_ulp_close",
     "check_cross_entropy",
+    "check_js_divergence",
+    "check_kl_divergence",
     "check_linear_cross_entropy",
     "check_log_softmax",
     "check_option_cross_entropy",
+    "check_reverse_kl_divergence",
     "check_soft_target_cross_entropy",
     "check_softmax",
     "general_bound",
@@ -97,11 +107,15 @@ KINDS = (
     "soft-cap",
     "label-smoothing",
     "linear-ce",
+    "kl",
+    "reverse-kl",
+    "js",
 )
 """What a checked function computes: integer-label cross-entropy, softmax, log-softmax,
 soft-target (student, teacher) cross-entropy, cross-entropy with a z-loss, with
-soft-capped logits or with label smoothing (`OPTIONS`), and a fused linear cross-entropy
-fn(hidden, weight, labels)."""
+soft-capped logits or with label smoothing (`OPTIONS`), a fused linear cross-entropy
+fn(hidden, weight, labels), and the distillation divergences KL(p || q), KL(q || p) and
+Jensen-Shannon, fn(student_logits, teacher_logits)."""
 
 ULPS = _check_tolerances.ULPS
 """Bounds in ulps of each dtype for inputs whose differences z_j - z_max are exact.
@@ -208,5 +222,8 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "soft-target": check_soft_target_cross_entropy,
     **{kind: functools.partial(check_option_cross_entropy, kind=kind) for kind in OPTIONS},
     "linear-ce": check_linear_cross_entropy,
+    "kl": check_kl_divergence,
+    "reverse-kl": check_reverse_kl_divergence,
+    "js": check_js_divergence,
 }
 """The check for each of `KINDS`."""

@@ -88,6 +88,11 @@ def test_kind_is_guessed_from_the_name():
         "mypkg:ce_with_z_loss": "z-loss",
         "mypkg:softcapped_ce": "soft-cap",
         "mypkg:smoothed_ce": "label-smoothing",
+        "numerics:kl_divergence": "kl",
+        "numerics:reverse_kl_divergence": "reverse-kl",
+        "numerics:js_divergence": "js",
+        "mypkg:distill_kl": "kl",
+        "mypkg:jsd": "js",
     }
     assert {spec: audit.infer_kind(spec) for spec in guesses} == guesses
 
@@ -148,3 +153,17 @@ def test_linear_cross_entropy_audits_as_linear_ce(capsys):
     assert cli.main(["audit", spec, "--dtypes", "bf16", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "as linear-ce (fn(hidden, weight, labels)" in out and "optax on hidden @ weight" in out
+
+
+def test_kl_passes_ours_and_fails_optax_at_the_teacher(capsys):
+    # issue 32: optax's kl_divergence(log_softmax(z_S), softmax(z_T)) is not 0 at z_S = z_T
+    # and loses every digit near it (KL ~ |z_S - z_T|^2); ours is exact there.
+    assert cli.main(["audit", "numerics:kl_divergence", "--dtypes", "bf16", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "as kl (fn(student_logits, teacher_logits)" in out
+    assert "value, grad at student=teacher  exactly 0" in out
+    spec = "numerics.standard:kl_divergence"
+    assert cli.main(["audit", spec, "--dtypes", "bf16", "--quick"]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL ")]
+    assert any("at student = teacher" in line and "not exactly 0" in line for line in fails)
+    assert any(line.startswith("FAIL bfloat16 value:") for line in fails), fails
