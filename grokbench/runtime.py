@@ -70,9 +70,12 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip().lower(), value.strip())
-    model = fields.get("model name") or " ".join(
-        fields.get(k, "") for k in ("cpu implementer", "cpu variant", "cpu part")
-    ).strip()
+    model = (
+        fields.get("model name")
+        or " ".join(
+            fields.get(k, "") for k in ("cpu implementer", "cpu variant", "cpu part")
+        ).strip()
+    )
     flags = fields.get("flags") or fields.get("features") or ""
     return model, frozenset(flags.split())
 

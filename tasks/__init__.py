@@ -5,6 +5,7 @@ The quantization lab's corpora and models are the subpackage `tasks.quant`."""
 from tasks._common import MODEL_DTYPES as MODEL_DTYPES
 from tasks._common import Params as Params
 from tasks._distill import DISTILL_LOSSES as DISTILL_LOSSES
+from tasks._distill import DISTILL_OBJECTIVES as DISTILL_OBJECTIVES
 from tasks._distill import kl_divergence as kl_divergence
 from tasks._distill import soft_target_gradient as soft_target_gradient
 from tasks._mlp import ACTIVATIONS as ACTIVATIONS
