@@ -395,26 +395,20 @@ def _compilation_cache() -> Iterator[None]:
             compilation_cache.reset_cache()
 
 
-def _dtype_names(names: Sequence[str]) -> list[str]:
-    """NumPy's names of the float dtypes NAMES, short (bf16, as in precision=bf16) or NumPy's
-    (bfloat16); all four when NAMES is empty. _Fail on any other name."""
-    from grokbench.precision import DTYPES
+def _dtype_names(names: Sequence[str], default: Sequence[str] | None = None) -> list[str]:
+    """`precision.dtype_names` (float8 too); _Fail on a name it does not know."""
+    from grokbench import precision
 
-    known = [dtype.name for dtype in DTYPES.values()]
-    names = [DTYPES[n].name if n in DTYPES else n for n in names] or known
-    unknown = sorted(set(names) - set(known))
-    if unknown:
-        raise _Fail(
-            f"unknown dtype(s) {', '.join(unknown)}; choose from "
-            f"{', '.join(known)} or {', '.join(DTYPES)}"
-        )
-    return names
+    try:
+        return precision.dtype_names(names, *([] if default is None else [default]))
+    except ValueError as err:
+        raise _Fail(str(err)) from None
 
 
 def _cliffs(args: argparse.Namespace) -> int:
     from grokbench import cliffs
 
-    rows = [cliffs.measure(name) for name in _dtype_names(args.dtypes)]
+    rows = [cliffs.measure(name) for name in _dtype_names(args.dtypes, cliffs.DEFAULT_DTYPES)]
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
     else:
@@ -686,7 +680,9 @@ def build_parser() -> argparse.ArgumentParser:
         "lasts, against mpmath.",
         rest="dtypes",
     )
-    p.add_argument("dtypes", nargs="*", help="bf16 fp16 fp32 fp64 or NumPy names (default: all)")
+    p.add_argument(
+        "dtypes", nargs="*", help="bf16 fp16 fp32 fp64 e4m3fn e5m2 or NumPy names (default: all)"
+    )
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = command(
         "audit",
@@ -711,7 +707,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtypes",
         default="bf16,fp16,fp32,fp64",
         metavar="LIST",
-        help="comma-separated dtypes, short or NumPy names (default: %(default)s)",
+        help="comma-separated dtypes, short or NumPy names, e4m3fn and e5m2 too "
+        "(default: %(default)s)",
     )
     a.add_argument("--json", type=pathlib.Path, metavar="FILE", help="also write the results")
     a.add_argument(

@@ -43,7 +43,8 @@ def plant_row(rng, k: int, scale: float, margin: float, offset: float, variant, 
     z = (z + offset).astype(dtype)
     if k > 1 and variant in ("tie", "near-tie"):
         j = (t + 1) % k
-        below = np.nextafter(z[t : t + 1], np.array([-np.inf], dtype))[0]
+        lowest = np.array([-float(ml_dtypes.finfo(dtype).max)], dtype)  # e4m3fn has no -inf
+        below = np.nextafter(z[t : t + 1], lowest)[0]
         z[j] = z[t] if variant == "tie" else below
     if k > 4 and variant == "masked":
         others = np.delete(np.arange(k), t)
@@ -58,10 +59,21 @@ def plant_rows(case, dtype, count: int, seed: int):
     return np.stack([z for z, _ in made]), np.array([t for _, t in made], np.int32)
 
 
-def random_cases(quick: bool, max_k: int = 50_000):
-    """The `CASES` up to K = `max_k` (and `QUICK_MAX_K` when `quick`)."""
+def random_cases(quick: bool, max_k: int = 50_000, dtype=None):
+    """The `CASES` up to K = `max_k` (and `QUICK_MAX_K` when `quick`), and, for a `dtype`
+    as narrow as float8, only those whose logits it can hold (e4m3fn tops out at 448 and
+    has no -inf)."""
     limit = min(max_k, QUICK_MAX_K if quick else max_k)
-    return [case for case in CASES if case[0] <= limit]
+    top = math.inf if dtype is None else float(ml_dtypes.finfo(dtype).max)
+    # float8_e4m3fn has no infinities: -inf (the masked variant) would be NaN.
+    no_inf = dtype is not None and np.isnan(np.array(-np.inf, np.float32).astype(dtype))
+    return [
+        case
+        for case in CASES
+        if case[0] <= limit
+        and case[3] + abs(case[2]) + 6 * case[1] * math.log(case[0]) < top
+        and not (no_inf and case[4] == "masked")
+    ]
 
 
 def describe_case(case) -> str:
@@ -84,7 +96,10 @@ def case_element_namer(case, rows=None):
 
 
 def margin_sweep(dtype, quick: bool) -> np.ndarray:
-    """Every ulp around the cliff and a dense grid from -40 to past exponent underflow."""
+    """Every ulp around the cliff and a dense grid from -40 to past exponent underflow;
+    for float8, every finite value (exhaustive)."""
+    if np.dtype(dtype).itemsize == 1:
+        return oracle.representable_values(dtype)
     window = oracle.ulp_window(precision_cliff(dtype), dtype, 64 if quick else 512)
     underflow = -math.log(float(ml_dtypes.finfo(dtype).smallest_normal))
     grid = np.linspace(-40.0, 1.05 * underflow, 513 if quick else 4001).astype(dtype)

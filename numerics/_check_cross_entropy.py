@@ -176,7 +176,7 @@ def check_cross_entropy(
                         exact_at[1][0, 0] if what != "loss" else exact_at[0][0],
                         _capped_cliff(dtype, soft_cap),
                     )
-        for case in cases.random_cases(quick, max_k):
+        for case in cases.random_cases(quick, max_k, dtype):
             if kind == "linear-ce" and case[4] == "masked":
                 continue  # -inf hidden times the identity's zeros is NaN, not a masked class
             z, labels = cases.plant_rows(case, dtype, 2, seed=0)

@@ -116,7 +116,7 @@ def check_divergence(fn: Callable, dtype, kind: str, *, max_ulps=None, quick=Fal
     with jax.enable_x64(dtype == np.float64):
         run = calls.value_and_grad_runner(fn, kind)
         out_dtype = calls.probe_signature(fn, run, kind, dtype)
-        groups = [(cases.describe_case(c), c[0], _pairs(c, dtype)) for c in _cases(quick)]
+        groups = [(cases.describe_case(c), c[0], _pairs(c, dtype)) for c in _cases(quick, dtype)]
         groups.append(("a teacher probability that underflows", 10, _underflow_case(dtype)))
         for what, k, (student, teacher) in groups:
             got = calls.run_or_fail(tally, run, what, student, teacher)
@@ -178,8 +178,8 @@ def gradient_scale(student, teacher, form: str, exact_value) -> np.ndarray:
     return scale * np.where(np.isfinite(factor), factor, 1.0)
 
 
-def _cases(quick: bool):
-    return cases.random_cases(quick, max_k=1000)
+def _cases(quick: bool, dtype):
+    return cases.random_cases(quick, max_k=1000, dtype=dtype)
 
 
 def check_kl_divergence(fn: Callable, dtype, *, max_ulps=None, quick=False) -> CheckResult:

@@ -71,7 +71,7 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
                     fail_zero_from(
                         tally, f"{kind}[0]", zero, reference(np.array([[zero, 0.0]]))[0, 0]
                     )
-        for case in cases.random_cases(quick):
+        for case in cases.random_cases(quick, dtype=dtype):
             x, _ = cases.plant_rows(case, dtype, 2, seed=1)
             k = case[0]
             cotangent = (np.arange(k) == np.argmax(x, -1)[:, None]).astype(dtype)

@@ -57,7 +57,7 @@ def check_soft_target_cross_entropy(
     with jax.enable_x64(dtype == np.float64):
         run = calls.value_and_grad_runner(fn, "soft-target")
         out_dtype = calls.probe_signature(fn, run, "soft-target", dtype)
-        for case in cases.random_cases(quick, max_k=1000):
+        for case in cases.random_cases(quick, max_k=1000, dtype=dtype):
             teacher = np.repeat(cases.plant_rows(case, dtype, 1, seed=2)[0], len(_DISTANCES), 0)
             noise = np.random.default_rng(case[0]).standard_normal(teacher.shape)
             scales = np.array(_DISTANCES)[:, None]

@@ -14,36 +14,46 @@ from numerics import oracle
 
 DTYPES = tuple(np.dtype(d) for d in (ml_dtypes.bfloat16, np.float16, np.float32, np.float64))
 
-_SHORT = dict(zip(("bf16", "fp16", "fp32", "fp64"), DTYPES, strict=True))
+FLOAT8_DTYPES = tuple(np.dtype(d) for d in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
+
+_NAMES = ("bf16", "fp16", "fp32", "fp64", "e4m3fn", "e5m2")
+_SHORT = dict(zip(_NAMES, DTYPES + FLOAT8_DTYPES, strict=True))
 
 
 def as_dtype(dtype) -> np.dtype:
-    """One of `DTYPES`, from 'bf16', 'fp16', 'fp32', 'fp64', NumPy's names or a dtype.
+    """One of `DTYPES` or `FLOAT8_DTYPES`, from 'bf16', 'fp16', 'fp32', 'fp64', 'e4m3fn',
+    'e5m2', NumPy's names or a dtype.
 
-    Raises TypeError for anything else.
+    Raises TypeError for anything else, naming the float8 formats it refuses.
     """
+    known = DTYPES + FLOAT8_DTYPES
     if isinstance(dtype, str):
-        by_name = {**_SHORT, **{d.name: d for d in DTYPES}}
+        by_name = {**_SHORT, **{d.name: d for d in known}}
         if dtype in by_name:
             return by_name[dtype]
     try:
         found = None if dtype is None else np.dtype(dtype)  # np.dtype(None) is float64
     except TypeError:
         found = None
-    if found is None or found not in DTYPES:
-        raise TypeError(f"expected bf16, fp16, fp32 or fp64 (or NumPy's names); got {dtype!r}")
+    if found is None or found not in known:
+        narrow = found is not None and found.itemsize == 1 and found.kind == "V"
+        refused = f" ({found.name} is refused: only the OCP float8 formats)" if narrow else ""
+        raise TypeError(
+            "expected bf16, fp16, fp32, fp64, e4m3fn or e5m2 (or NumPy's names); "
+            f"got {dtype!r}{refused}"
+        )
     return found
 
 
 ULPS = {
     # log1p of a ratio of two sums: a division, a log1p and a final rounding.
-    "value": dict.fromkeys(DTYPES, 2.0),
+    "value": dict.fromkeys(DTYPES + FLOAT8_DTYPES, 2.0),
     # e^(z_j - z_max) times a per-row scale cotangent / S: exp, one division, one
     # multiply, each up to half an ulp, plus the rounding of S itself.
-    "grad": dict.fromkeys(DTYPES, 3.0),
+    "grad": dict.fromkeys(DTYPES + FLOAT8_DTYPES, 3.0),
     # log_softmax / softmax gradients come from a tangent rule: probabilities (each a
     # few roundings), a centred sum and one or two products, each rounded.
-    "autodiff_grad": dict.fromkeys(DTYPES, 4.0),
+    "autodiff_grad": dict.fromkeys(DTYPES + FLOAT8_DTYPES, 4.0),
 }
 
 OPTIONS = {

@@ -177,9 +177,12 @@ def _gradient_jvp(primals, tangents):
     return _gradient(*primals), jnp.where(_any_kept(mask, logits.shape), dq, jnp.zeros_like(dq))
 
 
-def prepare(logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None = None):
-    """Check inputs and flatten the class axes last; shared with the baselines."""
-    logits = _validate.float_array(logits, "logits")
+def prepare(
+    logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None = None, float8=False
+):
+    """Check inputs and flatten the class axes last; shared with the baselines (which,
+    unlike `cross_entropy`, refuse float8 logits: `float8`)."""
+    logits = _validate.float_array(logits, "logits", float8=float8)
     axes = _validate.class_axes(logits, axis, "logits")
     mask = _validate.loss_mask(where, logits.shape, axes)
     labels = _validate.class_labels(labels, logits, axes, mask)
@@ -287,7 +290,7 @@ def cross_entropy(
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
-    logits, labels, mask = prepare(logits, labels, axis, where)
+    logits, labels, mask = prepare(logits, labels, axis, where, float8=True)
     if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
         return jnp.full(labels.shape, jnp.nan, logits.dtype)
     if not opts.plain:
@@ -320,9 +323,11 @@ def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1) -> jax.A
     Returns:
       Margins of shape `labels.shape`, in the dtype of `logits`.
     """
-    logits, labels, _ = prepare(logits, labels, axis)
+    logits, labels, _ = prepare(logits, labels, axis, float8=True)
     if logits.shape[-1] == 0:
         return jnp.full(labels.shape, jnp.nan, logits.dtype)
+    if logits.dtype.itemsize == 1:  # float8 (no -inf in e4m3fn): in float32, rounded once
+        return logit_margin(logits.astype(jnp.float32), labels).astype(logits.dtype)
     iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
     # -m = log sum_{j != t} e^(z_j - z_t), with its own max shift, so m stays finite

@@ -245,6 +245,10 @@ def soft_target_cross_entropy(
     student, teacher, mask = _validate.student_teacher(
         student_logits, teacher_logits, axis, temperature, where
     )
+    if student.dtype.itemsize == 1:  # float8 is a storage format: float32 math, one rounding
+        wide = (student.astype(jnp.float32), teacher.astype(jnp.float32))
+        loss = soft_target_cross_entropy(*wide, where=mask)
+        return loss.astype(student.dtype)
     if mask is None:
         return _soft_target(student, teacher)
     # Masked entries become -inf in both, which the loss and both gradients already

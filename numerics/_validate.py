@@ -10,10 +10,15 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from jax.typing import ArrayLike
 
 _FLOATS = "bfloat16, float16, float32 or float64"
+
+FLOAT8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+"""The 8-bit formats numerics takes, as storage: values rounded to float8, the math of the
+fixed functions in float32, each result rounded once to float8 (docs/numerics.md)."""
 
 # An axis argument as jax.nn takes it: one axis, several normalised together, or all.
 Axis = int | tuple[int, ...] | None
@@ -42,11 +47,28 @@ def _dtype(x: ArrayLike, name: str) -> np.dtype:
     return dtype
 
 
-def float_array(x: ArrayLike, name: str) -> jax.Array:
-    """Return `x` as a jax array, raising TypeError unless it is floating point."""
+def float_array(x: ArrayLike, name: str, *, float8: bool = False) -> jax.Array:
+    """Return `x` as a jax array, raising TypeError unless it is floating point.
+
+    Formats narrower than 16 bits raise TypeError too, unless `float8` and `x` is one of
+    `FLOAT8` (the functions that take float8 logits say so).
+    """
     dtype = _dtype(x, name)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{name} must be a floating-point array ({_FLOATS}); got dtype {dtype}.")
+    if dtype.itemsize == 1:
+        if dtype not in FLOAT8:
+            raise TypeError(
+                f"{name} is {dtype}: of the formats narrower than 16 bits numerics takes "
+                "float8_e4m3fn and float8_e5m2 only (the OCP formats; the fnuz, e3m4, e8m0, "
+                "float6 and float4 ones are refused)."
+            )
+        if not float8:
+            raise TypeError(
+                f"{name} is {dtype}: this function does not take float8 (a storage format "
+                "here, whose math the fixed softmax, log-softmax and losses do in float32); "
+                "cast to bfloat16 or float32 first."
+            )
     return jnp.asarray(x)
 
 
@@ -179,9 +201,10 @@ def student_teacher(
 ):
     """Check a (student, teacher) logit pair and its optional `where` (read as
     `loss_mask` reads it); return both with the class axes flattened last, divided
-    by T, and the mask in the same layout (or None)."""
-    student = float_array(student, "student_logits")
-    teacher = float_array(teacher, "teacher_logits")
+    by T, and the mask in the same layout (or None). float8 logits are accepted; their
+    division by T is done in float32 and rounded once to float8."""
+    student = float_array(student, "student_logits", float8=True)
+    teacher = float_array(teacher, "teacher_logits", float8=True)
     if student.shape != teacher.shape:
         raise ValueError(
             f"student_logits {student.shape} and teacher_logits {teacher.shape} "
@@ -200,7 +223,14 @@ def student_teacher(
     teacher = classes_last(teacher, axes)
     mask = None if mask is None else classes_last(mask, axes)
     if not (isinstance(temperature, (int, float)) and temperature == 1):
-        # Both sides divided in their own dtype: equal logits stay bit-identical.
-        temperature = jnp.asarray(temperature, student.dtype)
-        student, teacher = student / temperature, teacher / temperature
+        # Both sides divided in their own dtype: equal logits stay bit-identical. float8 in
+        # float32, rounded once (XLA would round through float16 first).
+        dtype = student.dtype
+        if dtype.itemsize == 1:
+            t = jnp.asarray(temperature, jnp.float32)
+            student = (student.astype(jnp.float32) / t).astype(dtype)
+            teacher = (teacher.astype(jnp.float32) / t).astype(dtype)
+        else:
+            temperature = jnp.asarray(temperature, dtype)
+            student, teacher = student / temperature, teacher / temperature
     return student, teacher, mask

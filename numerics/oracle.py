@@ -262,6 +262,20 @@ def logit_margin(logits, labels, axis: int = -1, *, exact: bool = False) -> np.n
     return _finish(res, shape, None, exact)
 
 
+def _tempered(student_logits, teacher_logits, temperature):
+    """Both logit arrays divided by T in their dtype, as the functions do (float8: the
+    quotient of float32, rounded once to float8)."""
+    s, t = np.asarray(student_logits), np.asarray(teacher_logits)
+    if temperature == 1:
+        return s, t
+    if s.dtype.itemsize == 1:
+        wide = np.float32(temperature)
+        return (s.astype(np.float32) / wide).astype(s.dtype), (t.astype(np.float32) / wide).astype(
+            t.dtype
+        )
+    return s / s.dtype.type(temperature), t / t.dtype.type(temperature)
+
+
 def _soft_target_row(student: np.ndarray, teacher: np.ndarray):
     k = len(student)
     if np.isnan(student).any() or np.isnan(teacher).any():
@@ -289,10 +303,7 @@ def soft_target_cross_entropy_value_and_grad(
     Logits are divided by `temperature` in the input dtype first, as the fixed
     and standard functions do, so all three see the same scaled inputs.
     """
-    s = np.asarray(student_logits)
-    t = np.asarray(teacher_logits)
-    if temperature != 1:
-        s, t = s / s.dtype.type(temperature), t / t.dtype.type(temperature)
+    s, t = _tempered(student_logits, teacher_logits, temperature)
     s_rows, shape = _rows(s, axis)
     t_rows, _ = _rows(t, axis)
     with mpmath.workprec(PRECISION_BITS):
@@ -383,10 +394,7 @@ def divergence_value_and_grad(
     """
     if form not in ("kl", "reverse_kl", "js"):
         raise ValueError(f"form must be 'kl', 'reverse_kl' or 'js'; got {form!r}.")
-    s = np.asarray(student_logits)
-    t = np.asarray(teacher_logits)
-    if temperature != 1:
-        s, t = s / s.dtype.type(temperature), t / t.dtype.type(temperature)
+    s, t = _tempered(student_logits, teacher_logits, temperature)
     s_rows, shape = _rows(s, axis)
     t_rows, _ = _rows(t, axis)
     with mpmath.workprec(PRECISION_BITS):
@@ -511,11 +519,12 @@ def ulp_error(computed, exact, dtype, flush_to_zero: bool = True) -> np.ndarray:
 
 
 def representable_values(dtype) -> np.ndarray:
-    """Every finite value of a 16-bit float dtype (bfloat16, float16), ascending."""
+    """Every finite value of an 8- or 16-bit float dtype (float8, bfloat16, float16), ascending."""
     dtype = np.dtype(dtype)
-    if dtype.itemsize != 2:
-        raise ValueError(f"only 16-bit dtypes can be enumerated; got {dtype}.")
-    values = np.arange(2**16, dtype=np.uint16).view(dtype)
+    if dtype.itemsize not in (1, 2):
+        raise ValueError(f"only 8- and 16-bit dtypes can be enumerated; got {dtype}.")
+    uint = np.uint8 if dtype.itemsize == 1 else np.uint16
+    values = np.arange(2 ** (8 * dtype.itemsize), dtype=uint).view(dtype)
     values = values[np.isfinite(values.astype(np.float32))]
     return np.unique(values)  # sorted; +0 and -0 merge
 
@@ -523,7 +532,7 @@ def representable_values(dtype) -> np.ndarray:
 def ulp_window(center: float, dtype, half_width: int) -> np.ndarray:
     """The 2 * half_width + 1 consecutive values of `dtype` around `center`."""
     dtype = np.dtype(dtype)
-    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
     start = int(np.array(center, dtype).view(uint))
     bits = np.arange(start - half_width, start + half_width + 1, dtype=np.int64).astype(uint)
     return bits.view(dtype)

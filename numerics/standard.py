@@ -32,7 +32,7 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
     Returns:
       An array of the shape and dtype of `x`.
     """
-    x = _validate.float_array(x, "x")
+    x = _validate.float_array(x, "x", float8=True)
     axes = _validate.class_axes(x, axis, "x")
     where = _validate.entry_mask(where, x.shape)
     return jax.nn.log_softmax(x, axis=axes, where=where)
@@ -49,7 +49,7 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
     Returns:
       Probabilities of the shape and dtype of `x`.
     """
-    x = _validate.float_array(x, "x")
+    x = _validate.float_array(x, "x", float8=True)
     axes = _validate.class_axes(x, axis, "x")
     where = _validate.entry_mask(where, x.shape)
     return jax.nn.softmax(x, axis=axes, where=where)
@@ -92,7 +92,7 @@ def cross_entropy(
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
-    logits, labels, mask = prepare(logits, labels, axis, where)
+    logits, labels, mask = prepare(logits, labels, axis, where, float8=True)
     if opts.soft_cap is not None:
         c = jnp.asarray(opts.soft_cap, logits.dtype)
         logits = c * jnp.tanh(logits / c)

@@ -69,6 +69,7 @@ __all__ = [
     "CAP_ULPS",
     "CHECKS",
     "DTYPES",
+    "FLOAT8_DTYPES",
     "KINDS",
     "LINEAR_MAX_K",
     "OPTIONS",
@@ -97,6 +98,11 @@ __all__ = [
 
 DTYPES = _check_tolerances.DTYPES
 """The float dtypes every check and strategy covers: bfloat16, float16, float32, float64."""
+
+FLOAT8_DTYPES = _check_tolerances.FLOAT8_DTYPES
+"""The float8 formats the checks also take ('e4m3fn', 'e5m2'), as storage dtypes: a function
+gets float8 logits and returns float8; with 256 values each, the margin sweep is every
+finite value. The other 8-bit formats (fnuz, e3m4, e8m0) are refused."""
 
 KINDS = (
     "ce",
