@@ -167,3 +167,15 @@ def test_kl_passes_ours_and_fails_optax_at_the_teacher(capsys):
     fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL ")]
     assert any("at student = teacher" in line and "not exactly 0" in line for line in fails)
     assert any(line.startswith("FAIL bfloat16 value:") for line in fails), fails
+
+
+def test_float8_dtypes_pass_ours_and_name_optax_collapse(capsys):
+    # issue 32: float8 as storage. optax computes as JAX does (float16 per operation,
+    # rounded to float8), so e^-m is rounded before 1 is added: in e5m2 its target gradient
+    # is 0 from m = 2, the last value below p ln 2 = 2.079.
+    assert cli.main(["audit", "numerics:cross_entropy", "--dtypes", "e5m2", "--quick"]) == 0
+    assert "float8_e5m2: " in capsys.readouterr().out
+    spec = "optax:softmax_cross_entropy_with_integer_labels"
+    assert cli.main(["audit", spec, "--dtypes", "float8_e5m2", "--quick"]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL ")]
+    assert fails[0].startswith("FAIL float8_e5m2 target gradient: exactly 0 from m=2 ")
