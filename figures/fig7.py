@@ -254,7 +254,8 @@ def _kl_rows(ev: Evidence) -> list[Row]:
                 "typical rows (median of max_k |g_k|): "
                 + ", ".join(f"{name} {typical[p]:.2g}" for p, name in PRECISIONS)
             ),
-            tolerance=paper.RESIDUAL["fp32"].tolerance,
+            tolerance="each the same power of ten as the paper's, 10^(k +- 1/2) ('~': an order "
+            "of magnitude)",
             ok=None
             if None in typical.values()
             else lambda: all(paper.RESIDUAL[p].holds(typical[p]) for p, _ in PRECISIONS),
