@@ -39,7 +39,7 @@ def as_dtype(dtype) -> np.dtype:
         narrow = found is not None and found.itemsize == 1 and found.kind == "V"
         refused = f" ({found.name} is refused: only the OCP float8 formats)" if narrow else ""
         raise TypeError(
-            "expected bf16, fp16, fp32, fp64, e4m3fn or e5m2 (or NumPy's names); "
+            "expected bf16, fp16, fp32 or fp64 (or NumPy's names; float8: e4m3fn or e5m2); "
             f"got {dtype!r}{refused}"
         )
     return found
