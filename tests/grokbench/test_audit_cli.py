@@ -155,6 +155,7 @@ def test_linear_cross_entropy_audits_as_linear_ce(capsys):
     assert "as linear-ce (fn(hidden, weight, labels)" in out and "optax on hidden @ weight" in out
 
 
+@pytest.mark.slow  # the library check is in the default run (tests/numerics/test_divergence.py)
 def test_kl_passes_ours_and_fails_optax_at_the_teacher(capsys):
     # issue 32: optax's kl_divergence(log_softmax(z_S), softmax(z_T)) is not 0 at z_S = z_T
     # and loses every digit near it (KL ~ |z_S - z_T|^2); ours is exact there.
@@ -169,6 +170,7 @@ def test_kl_passes_ours_and_fails_optax_at_the_teacher(capsys):
     assert any(line.startswith("FAIL bfloat16 value:") for line in fails), fails
 
 
+@pytest.mark.slow  # the float8 checks run by default in tests/numerics/test_float8.py
 def test_float8_dtypes_pass_ours_and_name_optax_collapse(capsys):
     # issue 32: float8 as storage. optax computes as JAX does (float16 per operation,
     # rounded to float8), so e^-m is rounded before 1 is added: in e5m2 its target gradient

@@ -128,6 +128,21 @@ def test_fixed_gradient_lasts_until_it_rounds_to_zero(dtype):
     assert np.all(grad[exact > half_tiny] < 0) and np.all(grad[exact < half_tiny] == 0)
 
 
+@jax.jit
+def _standard_and_fixed(x_e5m2, z_e4m3fn):
+    """optax's target gradients on e5m2 rows; standard and fixed CE on one e4m3fn row."""
+    labels = jnp.zeros(x_e5m2.shape[0], jnp.int32)
+    grad = jax.vmap(jax.grad(standard.cross_entropy))(x_e5m2, labels)
+    label = jnp.zeros(1, jnp.int32)
+    fixed_grad = jax.grad(lambda z: numerics.cross_entropy(z, label).sum())(z_e4m3fn)
+    return (
+        grad[:, 0],
+        standard.cross_entropy(z_e4m3fn, label),
+        numerics.cross_entropy(z_e4m3fn, label),
+        fixed_grad[0, 0],
+    )
+
+
 def test_standard_in_float8_is_jax_arithmetic():
     # e5m2: JAX rounds every operation to float8 (computing it in float16), so e^-m is
     # rounded before 1 is added: the target gradient is 0 from the last value below
@@ -135,18 +150,16 @@ def test_standard_in_float8_is_jax_arithmetic():
     m = oracle.representable_values(ml_dtypes.float8_e5m2)
     m = m[(m > 0) & (m.astype(np.float64) < np.log(57344.0))]
     x = jnp.stack([jnp.asarray(m), jnp.zeros(len(m), m.dtype)], -1)
-    grad = jax.jit(jax.vmap(jax.grad(standard.cross_entropy)))(x, jnp.zeros(len(m), jnp.int32))
-    zero = np.asarray(grad[:, 0], np.float32) == 0
+    # e4m3fn has no infinities: jax.nn's max starts from -inf = NaN, so it shifts by 0 and
+    # e^m overflows (to NaN) past log(448). The fixed loss there: log1p(e^-6.5) = 0.0015
+    # and its target gradient round to the smallest subnormal, 2^-9.
+    z = jnp.asarray([[6.5, 0.0]], jnp.float8_e4m3fn)
+    target, std, fixed, fixed_grad = jax.device_get(_standard_and_fixed(x, z))
+    zero = target.astype(np.float32) == 0
     first = m[np.flatnonzero(~zero)[-1] + 1]
     assert np.all(zero[m >= first]) and float(first) < numerics.precision_cliff(m.dtype)
-    # e4m3fn has no infinities: jax.nn's max starts from -inf = NaN, so it shifts by 0 and
-    # e^m overflows (to NaN) past log(448).
-    z = jnp.asarray([[6.5, 0.0]], jnp.float8_e4m3fn)
-    assert np.isnan(float(standard.cross_entropy(z, jnp.array([0]))[0]))
-    # The fixed loss there: log1p(e^-6.5) = 0.0015 and its target gradient round to the
-    # smallest subnormal, 2^-9.
-    assert float(numerics.cross_entropy(z, jnp.array([0]))[0]) == 2.0**-9
-    assert float(jax.grad(numerics.cross_entropy)(z[0], 0)[0]) == -(2.0**-9)
+    assert np.isnan(float(std[0]))
+    assert float(fixed[0]) == 2.0**-9 and float(fixed_grad) == -(2.0**-9)
 
 
 def test_float8_refused_where_its_math_would_be_float8():
