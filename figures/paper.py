@@ -309,6 +309,10 @@ RESIDUAL = {
 """Standard soft-target CE's residual gradient at z_S = z_T: the typical row's (the median
 over the teacher's training rows of max_k |g_k|), as Fig. 1b measures it."""
 
+FIG7_FIXED = "g = 0, KL = 0, 100 % test"
+"""Sec. 7, Fig. 7: the fixed soft-target loss leaves the student exactly at its teacher. The
+report asks it of KL(p || q) as the loss too (the paper trains only soft-target CE)."""
+
 KL_FLOOR_FP32 = Number(
     value=1e-6,
     stated="fp32: a KL floor ~1e-6",

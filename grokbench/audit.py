@@ -24,6 +24,7 @@ from numerics import standard, testing
 __all__ = [
     "KIND_CALLS",
     "LINEAR_SPEED_D",
+    "PAIR_KINDS",
     "SPEED_SHAPE",
     "AuditRow",
     "audit",
@@ -33,6 +34,9 @@ __all__ = [
     "reference",
     "run",
 ]
+
+PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
+"""The kinds called as fn(student_logits, teacher_logits)."""
 
 SPEED_SHAPE = (512, 8192)
 """(rows, K) of the logits the speed comparison times value and gradient on."""
@@ -47,6 +51,9 @@ KIND_CALLS = {
     "soft-cap": "fn(logits, labels) -> per-row losses of 30 tanh(logits / 30)",
     "label-smoothing": "fn(logits, labels) -> per-row losses, label smoothing 0.1",
     "linear-ce": "fn(hidden, weight, labels) -> per-row losses of hidden @ weight",
+    "kl": "fn(student_logits, teacher_logits) -> per-row KL(p_teacher || q_student)",
+    "reverse-kl": "fn(student_logits, teacher_logits) -> per-row KL(q_student || p_teacher)",
+    "js": "fn(student_logits, teacher_logits) -> per-row Jensen-Shannon divergences",
 }
 """Each kind `grokbench audit --kind` takes, and the call it expects of the function."""
 
@@ -95,7 +102,7 @@ def load(spec: str) -> Callable:
 
 def infer_kind(spec: str) -> str:
     """The kind a function's name suggests: log_softmax, softmax, soft-target, linear-ce,
-    z-loss, soft-cap, label-smoothing, else ce."""
+    z-loss, soft-cap, label-smoothing, kl, reverse-kl, js, else ce."""
     name = spec.rpartition(":")[2].lower()
     for words, kind in (
         (("linear",), "linear-ce"),
@@ -105,6 +112,11 @@ def infer_kind(spec: str) -> str:
     ):
         if any(word in name for word in words):
             return kind
+    words = name.split("_")
+    if "kl" in words or any(w.startswith("kldiv") for w in words) or "kullback" in name:
+        return "reverse-kl" if "reverse" in name else "kl"
+    if {"js", "jsd"} & set(words) or "jensen" in name:
+        return "js"
     if "log_softmax" in name:
         return "log_softmax"
     if "soft_target" in name or "distill" in name:
@@ -119,6 +131,18 @@ def _soft_labels(student, teacher):
     return optax.softmax_cross_entropy(student, jax.nn.softmax(teacher))
 
 
+def _optax_kl(student, teacher):
+    # optax's KL of the teacher's softmax from the student's log-softmax.
+    return optax.kl_divergence(jax.nn.log_softmax(student), jax.nn.softmax(teacher))
+
+
+def _optax_reverse_kl(student, teacher):
+    # KL(q || p) with log targets: torch's kl_div(log p, log q, log_target=True).
+    return optax.losses.kl_divergence_with_log_targets(
+        jax.nn.log_softmax(teacher), jax.nn.log_softmax(student)
+    )
+
+
 def _optax_on_logits(hidden, labels, weight):
     # optax's loss on the materialized logits: what a trainer without a fused kernel runs.
     return optax.softmax_cross_entropy_with_integer_labels(hidden @ weight, labels)
@@ -127,7 +151,8 @@ def _optax_on_logits(hidden, labels, weight):
 def reference(kind: str) -> tuple[str, Callable]:
     """(name, function): optax's (or jax.nn's, which optax has none of) function of `kind`;
     for the options, which optax lacks, `numerics.standard.cross_entropy` with the option
-    (the peers' formula); for linear-ce, optax on the materialized logits."""
+    (the peers' formula); for linear-ce, optax on the materialized logits; for js,
+    `numerics.standard.js_divergence` (Liger-Kernel's formula)."""
     if kind in testing.OPTIONS:
         return "standard", functools.partial(standard.cross_entropy, **testing.OPTIONS[kind])
     return {
@@ -136,6 +161,9 @@ def reference(kind: str) -> tuple[str, Callable]:
         "log_softmax": ("jax.nn", jax.nn.log_softmax),
         "softmax": ("jax.nn", jax.nn.softmax),
         "linear-ce": ("optax on hidden @ weight", _optax_on_logits),
+        "kl": ("optax", _optax_kl),
+        "reverse-kl": ("optax", _optax_reverse_kl),
+        "js": ("standard", standard.js_divergence),  # Liger-Kernel's JSD formula; optax has none
     }[kind]
 
 
@@ -150,12 +178,13 @@ def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 
     key_x, key_o = jax.random.split(jax.random.key(0))
     x = (3 * jax.random.normal(key_x, SPEED_SHAPE, jnp.float32)).astype(dtype)
     labels = jax.random.randint(key_o, SPEED_SHAPE[:1], 0, SPEED_SHAPE[1])
-    other = {
-        "soft-target": x + (0.1 * jax.random.normal(key_o, SPEED_SHAPE)).astype(dtype),
-    }.get(kind, jax.random.normal(key_o, SPEED_SHAPE).astype(dtype))  # softmax: a cotangent
-    losses = ("ce", "soft-target", *testing.OPTIONS)
-    if kind in losses:
-        other = labels if kind != "soft-target" else other
+    if kind in PAIR_KINDS:  # a teacher near the student
+        other = x + (0.1 * jax.random.normal(key_o, SPEED_SHAPE)).astype(dtype)
+    else:  # softmax: a cotangent
+        other = jax.random.normal(key_o, SPEED_SHAPE).astype(dtype)
+    losses = ("ce", *PAIR_KINDS, *testing.OPTIONS)
+    if kind in ("ce", *testing.OPTIONS):
+        other = labels
     if kind == "linear-ce":
         shape = (LINEAR_SPEED_D, SPEED_SHAPE[1])
         weight = (jax.random.normal(key_o, shape) / LINEAR_SPEED_D**0.5).astype(dtype)
@@ -223,21 +252,22 @@ def format_dtype(row: AuditRow) -> str:
     """One dtype's table: errors, cliffs, sums, edge cases, speed and the verdict."""
     r = row.result
     hard_label = ("ce", "linear-ce", *testing.OPTIONS)
-    target = "target gradient" if r.kind in (*hard_label, "soft-target") else f"d {r.kind}[0] / dx0"
+    target = "target gradient" if r.kind in hard_label else f"d {r.kind}[0] / dx0"
     value_zero = "loss" if r.kind in hard_label else {"log_softmax": "log_softmax[0]"}.get(r.kind)
     lines = [
         ("value error", f"{r.value_ulps:.3g} ulps (bound {r.value_bound:.3g}) at {r.value_at}"),
         ("gradient error", f"{r.grad_ulps:.3g} ulps (bound {r.grad_bound:.3g}) at {r.grad_at}"),
     ]
     never = "never (until exp(-m) underflows)"
-    if r.kind != "soft-target":
+    if r.kind not in PAIR_KINDS:
         lines.append((f"{target} = 0 from", _margin(r.grad_dies_at, r.cliff, never)))
     if value_zero:
         lines.append((f"{value_zero} = 0 from", _margin(r.value_zero_at, r.cliff, never)))
     lines.append(("gradient sum", f"|sum g| <= {r.grad_sum_error:.3g} eps * sum |g|"))
     if r.zero_at_teacher is not None:
         exact = "exactly 0" if r.zero_at_teacher else "NOT exactly 0"
-        lines.append(("grad at student=teacher", exact))
+        what = "grad" if r.kind == "soft-target" else "value, grad"
+        lines.append((f"{what} at student=teacher", exact))
     lines.append(("NaN in", "NaN out" if r.nan_propagates else "a finite number out"))
     finite = f"{r.nonfinite_rows} rows" if r.nonfinite_rows else "none"
     lines.append(("inf/NaN out", finite + " (where the exact value is finite)"))

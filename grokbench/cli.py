@@ -130,7 +130,11 @@ COMMANDS: dict[str, Command] = {
     "cliffs": Command(
         commands.cliffs,
         arguments=(
-            arg("dtypes", nargs="*", help="bf16 fp16 fp32 fp64 or NumPy names (default: all)"),
+            arg(
+                "dtypes",
+                nargs="*",
+                help="bf16 fp16 fp32 fp64 e4m3fn e5m2 or NumPy names (default: all)",
+            ),
             arg("--json", action="store_true", help="print the rows as JSON"),
         ),
         rest="dtypes",
@@ -149,7 +153,8 @@ COMMANDS: dict[str, Command] = {
                 "--dtypes",
                 default="bf16,fp16,fp32,fp64",
                 metavar="LIST",
-                help="comma-separated dtypes, short or NumPy names (default: %(default)s)",
+                help="comma-separated dtypes, short or NumPy names, e4m3fn and e5m2 too "
+                "(default: %(default)s)",
             ),
             arg("--json", type=Path, metavar="FILE", help="also write the results"),
             arg(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import textwrap
 from collections.abc import Callable, Sequence
 
 import jax
@@ -15,6 +17,13 @@ import numerics
 from numerics import standard
 
 DTYPES = ("bfloat16", "float16", "float32", "float64")
+
+FLOAT8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+"""Storage formats: the fixed loss computes in float32 and rounds once to float8; the
+standard one computes as JAX does on CPU, each operation in float16 rounded to float8."""
+
+DEFAULT_DTYPES = DTYPES + FLOAT8_DTYPES
+"""What `grokbench cliffs` measures when given no dtype."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,12 +75,16 @@ def measure(dtype_name: str) -> CliffRow:
         hi = min(hi, float(ml_dtypes.finfo(dtype).max) / 2)
         std_grad = _target_grad(standard.cross_entropy)
         fixed_grad = _target_grad(numerics.cross_entropy)
-        std_zero = _first_zero_from(std_grad, dtype, hi)
-        loss_zero = _first_zero_from(_loss(standard.cross_entropy), dtype, hi)
+        # jax.nn shifts by 0 where its max is not finite, as in float8_e4m3fn, which cannot
+        # hold its -inf start: then e^m overflows past log(max). The standard loss collapses
+        # far below that in every dtype; its search stays there.
+        std_hi = min(hi, math.log(float(ml_dtypes.finfo(dtype).max)))
+        std_zero = _first_zero_from(std_grad, dtype, std_hi)
+        loss_zero = _first_zero_from(_loss(standard.cross_entropy), dtype, std_hi)
         fixed_zero = _first_zero_from(fixed_grad, dtype, hi)
         at_cliff = np.array([cliff], dtype)
-        if float(at_cliff[0]) < cliff:
-            at_cliff = np.nextafter(at_cliff, np.array(np.inf, dtype))
+        if float(at_cliff[0]) < cliff:  # towards max, not inf: e4m3fn has no inf
+            at_cliff = np.nextafter(at_cliff, np.array(ml_dtypes.finfo(dtype).max, dtype))
         fixed_at = float(fixed_grad(jnp.asarray(at_cliff))[0])
     true_at = float(
         numerics.oracle.cross_entropy_grad(
@@ -123,7 +136,23 @@ def format_table(rows: list[CliffRow]) -> str:
         return "  ".join([first.ljust(widths[0]), *padded])
 
     lines = [line(header), "-" * len(line(header)), *(line(c) for c in cells)]
-    return "\n".join(lines)
+    notes = [_float8_note(r) for r in rows if r.dtype in FLOAT8_DTYPES]
+    return "\n".join(lines + ([""] + [n for n in notes if n] if any(notes) else []))
+
+
+def _float8_note(row: CliffRow) -> str:
+    """What a float8 row means: storage, and the standard loss as JAX computes it."""
+    never = ""
+    if math.isinf(row.standard_grad_zero_from):
+        never = (
+            "; it has no -inf for jax.nn's max to start from, so the standard loss shifts by 0: "
+            "its target gradient is rounding noise that never stays 0 (inf), NaN past log(max)"
+        )
+    text = (
+        f"{row.dtype}: logits stored in float8; fixed computes in float32, standard in "
+        f"float16 rounded to float8 after every operation{never}."
+    )
+    return textwrap.fill(text, width=90, subsequent_indent="  ")
 
 
 def report(names: Sequence[str], as_json: bool = False) -> str:

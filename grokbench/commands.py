@@ -266,7 +266,7 @@ def cliffs(args: argparse.Namespace) -> int:
     from grokbench import cliffs as lib
     from grokbench import precision
 
-    print(lib.report(precision.dtype_names(args.dtypes), as_json=args.json))
+    print(lib.report(precision.dtype_names(args.dtypes, lib.DEFAULT_DTYPES), as_json=args.json))
     return 0
 
 

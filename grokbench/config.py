@@ -22,6 +22,7 @@ from grokbench.versions import CONFIG_VERSION, DISTILL_VERSION, stable_hash
 from tasks import (
     ACTIVATIONS,
     DISTILL_LOSSES,
+    DISTILL_OBJECTIVES,
     INITS,
     MLP_INITS,
     OPERATIONS,
@@ -78,6 +79,7 @@ ADDED_FIELDS: tuple[str, ...] = (
     "progress_measures",
     "orthograd",
     "mlp_init",
+    "distill_objective",
 )
 """Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
 out of `identity` and the hash, so adding a field does not orphan the runs already stored.
@@ -141,6 +143,7 @@ class RunConfig:
     # Distillation (fig7, grokbench.distill); off by default: a run trains from scratch.
     teacher_steps: int = 0  # N > 0: the student starts as a teacher trained N steps (fig7: 5,000)
     temperature: float = 4.0  # fig7's T = 4 (Hinton et al.): the teacher's m/T stays below c16
+    distill_objective: str = "soft_target"  # fig7's loss: soft-target CE (the paper), or 'kl'
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -233,12 +236,13 @@ def require(ok: bool, message: str) -> None:
 def _check_distill(cfg: RunConfig) -> None:
     require(cfg.teacher_steps >= 0, f"teacher_steps must be >= 0, got {cfg.teacher_steps}")
     require(cfg.temperature > 0, f"temperature must be > 0, got {cfg.temperature}")
+    _check_choice("distill_objective", cfg.distill_objective, tuple(DISTILL_OBJECTIVES))
     if not cfg.teacher_steps:
-        default = RunConfig.__dataclass_fields__["temperature"].default
-        require(
-            cfg.temperature == default,
-            "temperature applies to distillation runs only (set teacher_steps > 0)",
-        )
+        for name in ("temperature", "distill_objective"):
+            require(
+                getattr(cfg, name) == RunConfig.__dataclass_fields__[name].default,
+                f"{name} applies to distillation runs only (set teacher_steps > 0)",
+            )
         return
     require(
         cfg.loss in DISTILL_LOSSES,

@@ -5,7 +5,8 @@ A `RunConfig` with `teacher_steps > 0` is a distillation run. Its teacher is the
 fp32), trained by `grokbench.engine` and cached in the store with its final parameters
 (params.npz). The student starts from exactly those weights, cast to the run's parameter
 dtype, and trains with the run's optimizer on soft-target CE at temperature T against the
-teacher's logits on the training inputs (`tasks.DISTILL_LOSSES`: `fixed` or `standard`).
+teacher's logits on the training inputs (`tasks.DISTILL_LOSSES`: `fixed` or `standard`), or,
+with `distill_objective='kl'`, on the KL divergence KL(p || q) (`tasks.DISTILL_OBJECTIVES`).
 
 The soft targets are the student's own logits at step 0. Separately compiled programs of the
 fast forward pass do not agree to the last bit (measured at p = 53: 2,801 of the 1404 x 53
@@ -24,7 +25,7 @@ other runs to its executor.
 
 Per-step metrics (float64; step t uses the parameters after t updates):
 
-- `train_loss`: the objective as the step computed it (mean soft-target CE).
+- `train_loss`: the objective as the step computed it (mean soft-target CE, or mean KL).
 - `kl`: mean over training inputs of KL(p_T || q_S) at temperature T (`tasks.kl_divergence`:
   float64 from the logits, no cancellation; exactly 0 while z_S = z_T).
 - `logit_grad_max`: max over examples and classes of |d loss_i / d(z_S / T)|, the loss's
@@ -72,7 +73,7 @@ from grokbench.precision import Precision, get_precision
 from grokbench.store import Store
 from grokbench.summary import summarize
 from grokbench.tables import summary_table
-from tasks import DISTILL_LOSSES, compiled_cache, kl_divergence
+from tasks import DISTILL_OBJECTIVES, compiled_cache, kl_divergence
 
 __all__ = [
     "DISTILL_METRICS",
@@ -144,7 +145,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     """Per-run functions: init_one(teacher, h, data) -> (state, anchor) and
     chunk_one(state, anchor, h, data, n_steps) -> (state, per-step metrics)."""
     _, forward = build_forward(cfg, policy, fast)
-    objective = DISTILL_LOSSES[cfg.loss]
+    objective = DISTILL_OBJECTIVES[cfg.distill_objective][cfg.loss]
     temperature = cfg.temperature
 
     def init_one(teacher: Any, h: Hyper, data: Data) -> tuple[_State, Any]:

@@ -176,7 +176,6 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     metrics; chunk_one(state, h, data, n_blocks) -> state, (step metrics, test metrics)."""
     model, forward = build_forward(cfg, policy, fast)
     objective = LOSS_FUNCTIONS[cfg.loss]
-    cliff = numerics.precision_cliff(policy.compute_dtype)
     # With `eq_output` the loss sees all p + 1 logits; accuracy and margins, as Nanda et
     # al.'s metrics, the p residues only.
     residues = (lambda z: z[:, : cfg.p]) if cfg.eq_output else (lambda z: z)
@@ -211,7 +210,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
             labels_N=data.y_train,
             direction=direction,
             params=params,
-            cliff=cliff,
+            cliff_dtype=policy.compute_dtype,
         )
         return (new_params, opt_state), step
 

@@ -85,18 +85,25 @@ def step_metrics(
     labels_N: jax.Array,
     direction: object,
     params: object,
-    cliff: float,
+    cliff_dtype: np.dtype,
 ) -> dict[str, jax.Array]:
-    """The `STEP_METRICS` of one step; `dlogits_NxK` is d(mean loss)/d(logits)."""
+    """The `STEP_METRICS` of one step; `dlogits_NxK` is d(mean loss)/d(logits), and
+    `cliff_dtype` the dtype whose precision cliff `frac_past_cliff` counts from."""
     dt = metric_dtype(np.dtype(logits_NxK.dtype))
     z_NxK = logits_NxK.astype(dt)  # widening is exact
     margin_N = numerics.logit_margin(z_NxK, labels_N)
     n = labels_N.shape[0]
     # The mean's 1/N is undone so the sum is that of one example's loss gradient.
     g_NxK = dlogits_NxK.astype(dt) * jnp.asarray(n, dt)
-    row_sum_N = jnp.abs(jnp.sum(g_NxK, axis=-1))
-    total_abs = jnp.sum(jnp.abs(g_NxK))
-    tiny = jnp.asarray(np.finfo(dt).tiny, dt)  # 0/0 -> 0 when every gradient is exactly 0
+    # The collapse statistics are numerics' monitor, fed the rows this step already has.
+    collapse = numerics.collapse_stats_from_rows(
+        margin_N,
+        jnp.take_along_axis(g_NxK, labels_N[:, None], axis=-1)[:, 0],
+        jnp.sum(g_NxK, axis=-1),
+        jnp.sum(jnp.abs(g_NxK), axis=-1),
+        jnp.max(z_NxK, axis=-1),
+        dtype=cliff_dtype,
+    )
     sq_dir, n_dir = sum_squares(direction, dt)
     sq_par, _ = sum_squares(params, dt)
     return {
@@ -105,11 +112,11 @@ def step_metrics(
         "train_ce": jnp.mean(jax.nn.softplus(-margin_N)),
         "train_acc": accuracy(z_NxK, labels_N, dt),
         "margin_mean": jnp.mean(margin_N),
-        "margin_min": jnp.min(margin_N),
-        "margin_median": jnp.median(margin_N),
-        "frac_past_cliff": jnp.mean((margin_N >= jnp.asarray(cliff, dt)).astype(dt)),
-        "logit_grad_sum": jnp.mean(row_sum_N),
-        "logit_grad_asym": jnp.sum(row_sum_N) / jnp.maximum(total_abs, tiny),
+        "margin_min": collapse.margin_min,
+        "margin_median": collapse.margin_median,
+        "frac_past_cliff": collapse.frac_past_cliff,
+        "logit_grad_sum": collapse.grad_sum_mean,
+        "logit_grad_asym": collapse.grad_sum_ratio,
         "adam_step": jnp.sqrt(sq_dir / jnp.asarray(n_dir, dt)),
         "param_norm": jnp.sqrt(sq_par),
     }

@@ -20,11 +20,12 @@ from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from grokbench.errors import ConfigError
 
-__all__ = ["DTYPES", "Precision", "dtype_names", "get_precision", "precision_scope"]
+__all__ = ["DTYPES", "FLOAT8", "Precision", "dtype_names", "get_precision", "precision_scope"]
 
 DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(jnp.bfloat16),
@@ -37,17 +38,29 @@ DTYPES: dict[str, np.dtype] = {
 _LONG_NAMES: dict[str, str] = {dtype.name: short for short, dtype in DTYPES.items()}
 """NumPy's names ('bfloat16', 'float32', ...) -> the short ones, which are canonical."""
 
+FLOAT8: dict[str, np.dtype] = {
+    "e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
+}
+"""The float8 formats by short name: storage dtypes that `grokbench cliffs` and `grokbench
+audit --dtypes` take (logits rounded to float8, the fixed functions' math in float32), never
+a training precision. The other 8-bit formats (fnuz, e3m4, e8m0) are refused."""
 
-def dtype_names(names: Sequence[str]) -> list[str]:
-    """NumPy's names of the float dtypes NAMES, short (bf16, as in precision=bf16) or NumPy's
-    (bfloat16); all four when NAMES is empty. ConfigError (one line) on any other name."""
-    known = [dtype.name for dtype in DTYPES.values()]
-    names = [DTYPES[n].name if n in DTYPES else n for n in names] or known
-    unknown = sorted(set(names) - set(known))
+
+def dtype_names(names: Sequence[str], default: Sequence[str] = tuple(DTYPES)) -> list[str]:
+    """NumPy's names of the float dtypes `names` (short, as in precision=bf16 or e4m3fn, or
+    NumPy's); those of `default` when `names` is empty. ConfigError (one line, a ValueError)
+    for any other name."""
+    known = {**DTYPES, **FLOAT8}
+    names = [known[n].name if n in known else n for n in names or default]
+    allowed = [dtype.name for dtype in known.values()]
+    unknown = sorted(set(names) - set(allowed))
     if unknown:
+        narrow = [n for n in unknown if n.startswith(("float8", "float6", "float4"))]
+        refused = f" ({', '.join(narrow)}: only the OCP float8 formats)" if narrow else ""
         raise ConfigError(
-            f"unknown dtype(s) {', '.join(unknown)}; choose from "
-            f"{', '.join(known)} or {', '.join(DTYPES)}"
+            f"unknown dtype(s) {', '.join(unknown)}{refused}; choose from "
+            f"{', '.join(allowed)} or {', '.join(known)}"
         )
     return names
 

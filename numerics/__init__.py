@@ -23,24 +23,36 @@ from numerics._baselines import zero_sum_gradient as zero_sum_gradient
 from numerics._cliffs import equilibrium_margin as equilibrium_margin
 from numerics._cliffs import first_zero as first_zero
 from numerics._cliffs import precision_cliff as precision_cliff
+from numerics._collapse import CollapseStats as CollapseStats
+from numerics._collapse import collapse_stats as collapse_stats
+from numerics._collapse import collapse_stats_from_rows as collapse_stats_from_rows
 from numerics._cross_entropy import cross_entropy as cross_entropy
 from numerics._cross_entropy import logit_margin as logit_margin
+from numerics._divergence import js_divergence as js_divergence
+from numerics._divergence import kl_divergence as kl_divergence
+from numerics._divergence import reverse_kl_divergence as reverse_kl_divergence
 from numerics._linear import linear_cross_entropy as linear_cross_entropy
 from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
 from numerics._softmax import log_softmax as log_softmax
 from numerics._softmax import softmax as softmax
 
 __all__ = [
+    "CollapseStats",
     "clipped_softmax",
     "clipped_softmax_gamma",
+    "collapse_stats",
+    "collapse_stats_from_rows",
     "cross_entropy",
     "equilibrium_margin",
     "first_zero",
+    "js_divergence",
+    "kl_divergence",
     "linear_cross_entropy",
     "log_softmax",
     "logit_margin",
     "oracle",
     "precision_cliff",
+    "reverse_kl_divergence",
     "soft_target_cross_entropy",
     "softmax",
     "stablemax_cross_entropy",

@@ -6,9 +6,10 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics._checks import Axis
+from numerics import _validate
 from numerics._cross_entropy import prepare, valid_rows
 from numerics._softmax import over_classes, softmax
+from numerics._validate import Axis
 from numerics.standard import cross_entropy as standard_cross_entropy
 
 
@@ -155,6 +156,7 @@ def clipped_softmax(
     Returns:
       Clipped probabilities of the shape and dtype of `x`.
     """
+    _validate.float_array(x, "x")  # float8 refused: the clipping would be in float8
     probs = softmax(x, axis=axis, where=where)
     gamma = jnp.asarray(gamma, probs.dtype)
     zeta = jnp.asarray(zeta, probs.dtype)

@@ -41,7 +41,8 @@ def precision_cliff(dtype) -> float:
       dtype: anything `numpy.dtype` accepts: `jnp.bfloat16`, `"float16"`, ...
 
     Returns:
-      c_d as a Python float (bf16 5.545, fp16 7.625, fp32 16.636, fp64 36.737).
+      c_d as a Python float (bf16 5.545, fp16 7.625, fp32 16.636, fp64 36.737; float8
+      e4m3fn 2.773, e5m2 2.079).
     """
     dtype = _float_dtype(dtype)
     significand_bits = ml_dtypes.finfo(dtype).nmant + 1
@@ -95,7 +96,7 @@ def first_zero(fn: Callable, lo: float, hi: float, dtype) -> float:
     dtype = _float_dtype(dtype)
     if not 0.0 <= lo < hi:
         raise ValueError(f"need 0 <= lo < hi; got lo={lo}, hi={hi}.")
-    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
     low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
     while high - low > 1:
         mid = (low + high) // 2

@@ -6,15 +6,15 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
-from numerics._checks import Axis
-from numerics._lm_loss import check_options, loss_from, options_cross_entropy
+from numerics import _validate
+from numerics._lm_loss import loss_from, options_cross_entropy, validate_options
 from numerics._softmax import (
     finite_row_max,
     logsumexp_or_neg_inf,
     set_along_rows,
     softmax_last,
 )
+from numerics._validate import Axis
 
 
 def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
@@ -177,17 +177,20 @@ def _gradient_jvp(primals, tangents):
     return _gradient(*primals), jnp.where(_any_kept(mask, logits.shape), dq, jnp.zeros_like(dq))
 
 
-def prepare(logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None = None):
-    """Check inputs and flatten the class axes last; shared with the baselines."""
-    logits = _checks.check_float(logits, "logits")
-    axes = _checks.check_axis(logits, axis, "logits")
-    mask = _checks.check_loss_mask(where, logits.shape, axes)
-    labels = _checks.check_labels(labels, logits, axes, mask)
+def prepare(
+    logits: ArrayLike, labels: ArrayLike, axis, where: ArrayLike | None = None, float8=False
+):
+    """Check inputs and flatten the class axes last; shared with the baselines (which,
+    unlike `cross_entropy`, refuse float8 logits: `float8`)."""
+    logits = _validate.float_array(logits, "logits", float8=float8)
+    axes = _validate.class_axes(logits, axis, "logits")
+    mask = _validate.loss_mask(where, logits.shape, axes)
+    labels = _validate.class_labels(labels, logits, axes, mask)
     # Labels index the class axis; int32 is enough for any K and keeps the iota small.
     if labels.dtype.itemsize < 4 or jnp.issubdtype(labels.dtype, jnp.unsignedinteger):
         labels = labels.astype(jnp.int32)
-    logits = _checks.classes_last(logits, axes)
-    mask = None if mask is None else _checks.classes_last(mask, axes)
+    logits = _validate.classes_last(logits, axes)
+    mask = None if mask is None else _validate.classes_last(mask, axes)
     return logits, labels, mask
 
 
@@ -286,8 +289,8 @@ def cross_entropy(
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
-    opts = check_options(z_loss, soft_cap, label_smoothing)
-    logits, labels, mask = prepare(logits, labels, axis, where)
+    opts = validate_options(z_loss, soft_cap, label_smoothing)
+    logits, labels, mask = prepare(logits, labels, axis, where, float8=True)
     if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
         return jnp.full(labels.shape, jnp.nan, logits.dtype)
     if not opts.plain:
@@ -320,9 +323,11 @@ def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1) -> jax.A
     Returns:
       Margins of shape `labels.shape`, in the dtype of `logits`.
     """
-    logits, labels, _ = prepare(logits, labels, axis)
+    logits, labels, _ = prepare(logits, labels, axis, float8=True)
     if logits.shape[-1] == 0:
         return jnp.full(labels.shape, jnp.nan, logits.dtype)
+    if logits.dtype.itemsize == 1:  # float8 (no -inf in e4m3fn): in float32, rounded once
+        return logit_margin(logits.astype(jnp.float32), labels).astype(logits.dtype)
     iota = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
     z_t = jnp.take_along_axis(logits, labels[..., None], axis=-1, mode="clip")
     # -m = log sum_{j != t} e^(z_j - z_t), with its own max shift, so m stays finite

@@ -13,16 +13,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from numerics import _checks
+from numerics import _validate
 from numerics._lm_loss import (
     ChunkStats,
     LossOptions,
     capped,
-    check_options,
     chunk_grad,
     chunk_stats,
     combine,
     finish,
+    validate_options,
 )
 from numerics._softmax import compute_dtype
 
@@ -156,7 +156,7 @@ def _check_bias(bias, dtype, num_classes: int):
     """The bias as an array of shape (V,) and the hidden's dtype, or None."""
     if bias is None:
         return None
-    bias = _checks.check_float(bias, "bias")
+    bias = _validate.float_array(bias, "bias")
     if bias.dtype != dtype:
         raise TypeError(
             f"bias ({bias.dtype}) must have the dtype of hidden and weight ({dtype}): the lab "
@@ -167,10 +167,10 @@ def _check_bias(bias, dtype, num_classes: int):
     return bias
 
 
-def _check_linear(hidden, weight, labels, where, ignore_index, chunk_size, reduction):
+def _validate_linear(hidden, weight, labels, where, ignore_index, chunk_size, reduction):
     """Entry checks; returns (hidden_NxD, weight, labels_N, kept_N or None, chunk)."""
-    hidden = _checks.check_float(hidden, "hidden")
-    weight = _checks.check_float(weight, "weight")
+    hidden = _validate.float_array(hidden, "hidden")
+    weight = _validate.float_array(weight, "weight")
     if hidden.dtype != weight.dtype:
         raise TypeError(
             f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must have the same dtype: "
@@ -192,7 +192,7 @@ def _check_linear(hidden, weight, labels, where, ignore_index, chunk_size, reduc
         raise ValueError(f"chunk_size must be > 0; got {chunk_size}.")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}; got {reduction!r}.")
-    labels = _checks.check_int(labels, "labels")
+    labels = _validate.int_array(labels, "labels")
     if labels.shape != hidden.shape[:-1]:
         raise ValueError(
             f"labels of shape {labels.shape} do not match hidden of shape {hidden.shape}: "
@@ -305,8 +305,8 @@ def linear_cross_entropy(
     Returns:
       Losses in the dtype of `hidden`: labels.shape for "none", a scalar otherwise.
     """
-    opts = check_options(z_loss, soft_cap, label_smoothing)
-    hidden, weight, labels, kept, chunk = _check_linear(
+    opts = validate_options(z_loss, soft_cap, label_smoothing)
+    hidden, weight, labels, kept, chunk = _validate_linear(
         hidden, weight, labels, where, ignore_index, chunk_size, reduction
     )
     bias = _check_bias(bias, hidden.dtype, weight.shape[1])

@@ -53,7 +53,7 @@ def _static_float(value, name: str) -> float:
         raise TypeError(f"{name} must be a number; got {value!r}.") from None
 
 
-def check_options(z_loss, soft_cap, label_smoothing) -> LossOptions:
+def validate_options(z_loss, soft_cap, label_smoothing) -> LossOptions:
     """Validate the options on entry: ValueError for values outside their range."""
     w = _static_float(z_loss, "z_loss")
     if not (w >= 0 and math.isfinite(w)):

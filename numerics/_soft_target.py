@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
-from numerics._checks import Axis
+from numerics import _validate
 from numerics._softmax import finite_row_max, log_softmax_last, shifted_sums, softmax_last
+from numerics._validate import Axis
 
 
 def _lowest(x: jax.Array) -> jax.Array:
@@ -33,7 +33,7 @@ def _shifted(student, teacher, s_max, t_max, lowest):
     return jnp.maximum(student - s_max, lowest), jnp.maximum(teacher - t_max, lowest)
 
 
-def _signed_gap(x: jax.Array, y: jax.Array, log_ratio: jax.Array) -> jax.Array:
+def signed_gap(x: jax.Array, y: jax.Array, log_ratio: jax.Array) -> jax.Array:
     """x - y from x, y >= 0 and t = log(x / y), without cancellation and without a `where`.
 
     x - y = sign(t) max(x, y) (1 - e^-|t|), and
@@ -46,7 +46,7 @@ def _signed_gap(x: jax.Array, y: jax.Array, log_ratio: jax.Array) -> jax.Array:
     return jnp.sign(log_ratio) * (jnp.maximum(x, y) * -jnp.expm1(-jnp.abs(log_ratio)))
 
 
-def _log1p(x: jax.Array) -> jax.Array:
+def accurate_log1p(x: jax.Array) -> jax.Array:
     """log1p(x), working around XLA's CPU float64 log1p, off by up to 127 ulps on
     [-0.5, -0.25] (measured here). There 1 + x is exact (Sterbenz), so log(1 + x)
     is as accurate as log. Per-row scalars only: the `where` costs nothing."""
@@ -119,8 +119,8 @@ def _student_grad(student, teacher, loss, s_max, s_sum, log_norm, t_max, t_sum):
     # p-mean of d, which saves a pass and keeps the same accuracy). Divided by S_T
     # once after the sum: per-row factors inside it cost XLA's CPU reduction a
     # (rows, K) broadcast each.
-    gaps = jnp.sum(_signed_gap(jnp.exp(a), jnp.exp(b), d), axis=-1, keepdims=True)
-    ratio = _log1p(gaps / t_sum)
+    gaps = jnp.sum(signed_gap(jnp.exp(a), jnp.exp(b), d), axis=-1, keepdims=True)
+    ratio = accurate_log1p(gaps / t_sum)
 
     # s_k = log(q_k / p_k) and u_k = q_k - p_k from it: no subtraction of nearly
     # equal probabilities; exactly 0 where s_k = 0 (student == teacher). The u_k
@@ -130,7 +130,7 @@ def _student_grad(student, teacher, loss, s_max, s_sum, log_norm, t_max, t_sum):
         (teacher, student, ratio, _lowest(student))
     )
     a, b, d = _pieces(student, teacher, s_max, t_max, lowest)
-    return _signed_gap(jnp.exp(a) / s_sum, jnp.exp(b) / t_sum, d - ratio)
+    return signed_gap(jnp.exp(a) / s_sum, jnp.exp(b) / t_sum, d - ratio)
 
 
 @_student_grad.defjvp
@@ -242,9 +242,13 @@ def soft_target_cross_entropy(
     Returns:
       Per-example losses: the shape of the logits without `axis`, their dtype.
     """
-    student, teacher, mask = _checks.check_student_teacher(
+    student, teacher, mask = _validate.student_teacher(
         student_logits, teacher_logits, axis, temperature, where
     )
+    if student.dtype.itemsize == 1:  # float8 is a storage format: float32 math, one rounding
+        wide = (student.astype(jnp.float32), teacher.astype(jnp.float32))
+        loss = soft_target_cross_entropy(*wide, where=mask)
+        return loss.astype(student.dtype)
     if mask is None:
         return _soft_target(student, teacher)
     # Masked entries become -inf in both, which the loss and both gradients already

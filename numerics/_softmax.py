@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _checks
-from numerics._checks import Axis
+from numerics import _validate
+from numerics._validate import Axis
 
 
 def finite_row_max(x: jax.Array) -> jax.Array:
@@ -273,17 +273,20 @@ def _softmax_jvp(primals, tangents):
     return p, _tangent(p, tangents[0], x, mask, False)
 
 
-def over_classes(fn, x: ArrayLike, axis, where: ArrayLike | None) -> jax.Array:
-    """Check `x`, `axis` and `where`, apply fn(x, mask) with the class axes flattened last,
-    and return the result in the shape of `x`. An empty `x` is returned as it is."""
-    x = _checks.check_float(x, "x")
-    axes = _checks.check_axis(x, axis, "x")
-    mask = _checks.check_mask(where, x.shape)
+def over_classes(
+    fn, x: ArrayLike, axis, where: ArrayLike | None, float8: bool = False
+) -> jax.Array:
+    """Check `x` (float8 only with `float8`), `axis` and `where`, apply fn(x, mask) with the
+    class axes flattened last, and return the result in the shape of `x`. An empty `x` is
+    returned as it is."""
+    x = _validate.float_array(x, "x", float8=float8)
+    axes = _validate.class_axes(x, axis, "x")
+    mask = _validate.entry_mask(where, x.shape)
     if x.size == 0:
         return x
-    flat = _checks.classes_last(x, axes)
-    mask = None if mask is None else _checks.classes_last(mask, axes)
-    return _checks.classes_back(fn(flat, mask), axes, x.shape)
+    flat = _validate.classes_last(x, axes)
+    mask = None if mask is None else _validate.classes_last(mask, axes)
+    return _validate.classes_back(fn(flat, mask), axes, x.shape)
 
 
 def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
@@ -335,7 +338,7 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
     Returns:
       An array of the shape and dtype of `x`.
     """
-    return over_classes(log_softmax_last, x, axis, where)
+    return over_classes(log_softmax_last, x, axis, where, float8=True)
 
 
 def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
@@ -373,4 +376,4 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
     Returns:
       Probabilities of the shape and dtype of `x`.
     """
-    return over_classes(softmax_last, x, axis, where)
+    return over_classes(softmax_last, x, axis, where, float8=True)

@@ -262,6 +262,20 @@ def logit_margin(logits, labels, axis: int = -1, *, exact: bool = False) -> np.n
     return _finish(res, shape, None, exact)
 
 
+def _tempered(student_logits, teacher_logits, temperature):
+    """Both logit arrays divided by T in their dtype, as the functions do (float8: the
+    quotient of float32, rounded once to float8)."""
+    s, t = np.asarray(student_logits), np.asarray(teacher_logits)
+    if temperature == 1:
+        return s, t
+    if s.dtype.itemsize == 1:
+        wide = np.float32(temperature)
+        return (s.astype(np.float32) / wide).astype(s.dtype), (t.astype(np.float32) / wide).astype(
+            t.dtype
+        )
+    return s / s.dtype.type(temperature), t / t.dtype.type(temperature)
+
+
 def _soft_target_row(student: np.ndarray, teacher: np.ndarray):
     k = len(student)
     if np.isnan(student).any() or np.isnan(teacher).any():
@@ -289,10 +303,7 @@ def soft_target_cross_entropy_value_and_grad(
     Logits are divided by `temperature` in the input dtype first, as the fixed
     and standard functions do, so all three see the same scaled inputs.
     """
-    s = np.asarray(student_logits)
-    t = np.asarray(teacher_logits)
-    if temperature != 1:
-        s, t = s / s.dtype.type(temperature), t / t.dtype.type(temperature)
+    s, t = _tempered(student_logits, teacher_logits, temperature)
     s_rows, shape = _rows(s, axis)
     t_rows, _ = _rows(t, axis)
     with mpmath.workprec(PRECISION_BITS):
@@ -320,6 +331,104 @@ def soft_target_cross_entropy_grad(
     return soft_target_cross_entropy_value_and_grad(
         student_logits, teacher_logits, axis, temperature, exact=exact
     )[1]
+
+
+def _divergence_row(student: np.ndarray, teacher: np.ndarray, form: str):
+    """(value, d value / d student logits) of one row: 'kl' KL(p || q), 'reverse_kl'
+    KL(q || p), 'js' JS(p, q), with p the teacher's and q the student's softmax."""
+    k = len(student)
+    if np.isnan(student).any() or np.isnan(teacher).any():
+        return mpmath.mpf("nan"), _nan_row(k)
+    log_q = _log_softmax_row(student, np.ones(k, bool))
+    log_p = _log_softmax_row(teacher, np.ones(k, bool))
+    q = [mpmath.exp(v) for v in log_q]
+    p = [mpmath.exp(v) for v in log_p]
+    inf = mpmath.inf
+
+    def kl(a, log_a, log_b):  # sum a log(a / b) over a > 0; +inf where b = 0 < a
+        if any(x != 0 and lb == -inf for x, lb in zip(a, log_b, strict=True)):
+            return inf
+        return mpmath.fsum(x * (la - lb) for x, la, lb in zip(a, log_a, log_b, strict=True) if x)
+
+    if form == "kl":
+        value = kl(p, log_p, log_q)
+        return value, [b - a for a, b in zip(p, q, strict=True)]
+    if form == "reverse_kl":
+        value = kl(q, log_q, log_p)
+        grad = [
+            x * ((lq - lp) - value) if x else mpmath.mpf(0)
+            for x, lq, lp in zip(q, log_q, log_p, strict=True)
+        ]
+        return value, grad
+
+    # log(p / m) and log(q / m) from s = log q - log p, m = (p + q) / 2: exactly 0 where
+    # s = 0 (log(m) from m itself would differ from log p by the working precision).
+    def log_over_m(log_a, log_other):  # log(a / m) for a > 0: log 2 where the other is 0
+        return -mpmath.log1p(mpmath.expm1(log_other - log_a) / 2)
+
+    log_pm = [log_over_m(a, b) if x else None for x, a, b in zip(p, log_p, log_q, strict=True)]
+    log_qm = [log_over_m(a, b) if x else None for x, a, b in zip(q, log_q, log_p, strict=True)]
+    kl_pm = mpmath.fsum(x * v for x, v in zip(p, log_pm, strict=True) if x)
+    kl_qm = mpmath.fsum(x * v for x, v in zip(q, log_qm, strict=True) if x)
+    grad = [x * (v - kl_qm) / 2 if x else mpmath.mpf(0) for x, v in zip(q, log_qm, strict=True)]
+    return (kl_pm + kl_qm) / 2, grad
+
+
+def divergence_value_and_grad(
+    student_logits,
+    teacher_logits,
+    form: str,
+    axis: int = -1,
+    temperature: float = 1.0,
+    *,
+    exact: bool = False,
+):
+    """Reference (divergence, d divergence / d student_logits) of `form`: 'kl' for
+    KL(p || q), 'reverse_kl' for KL(q || p), 'js' for the Jensen-Shannon divergence,
+    with p = softmax(teacher / T) and q = softmax(student / T).
+
+    Logits are divided by `temperature` in their dtype first, as the functions do. The
+    log-probabilities come from logit differences at `PRECISION_BITS` bits, so the
+    divergences of nearby rows keep their digits; a class with probability 0 on the
+    weighting side contributes 0, and KL(a || b) is +inf where b = 0 < a.
+    """
+    if form not in ("kl", "reverse_kl", "js"):
+        raise ValueError(f"form must be 'kl', 'reverse_kl' or 'js'; got {form!r}.")
+    s, t = _tempered(student_logits, teacher_logits, temperature)
+    s_rows, shape = _rows(s, axis)
+    t_rows, _ = _rows(t, axis)
+    with mpmath.workprec(PRECISION_BITS):
+        res = [_divergence_row(a, b, form) for a, b in zip(s_rows, t_rows, strict=True)]
+        scale = 1 / _mp(temperature)
+        grads = [[g * scale for g in r[1]] for r in res]
+    return _finish([r[0] for r in res], shape, None, exact), _finish(grads, shape, axis, exact)
+
+
+def kl_divergence(
+    student_logits, teacher_logits, axis: int = -1, temperature: float = 1.0, *, exact: bool = False
+) -> np.ndarray:
+    """Reference KL(p || q) of the teacher's softmax p from the student's q."""
+    return divergence_value_and_grad(
+        student_logits, teacher_logits, "kl", axis, temperature, exact=exact
+    )[0]
+
+
+def reverse_kl_divergence(
+    student_logits, teacher_logits, axis: int = -1, temperature: float = 1.0, *, exact: bool = False
+) -> np.ndarray:
+    """Reference KL(q || p) of the student's softmax q from the teacher's p."""
+    return divergence_value_and_grad(
+        student_logits, teacher_logits, "reverse_kl", axis, temperature, exact=exact
+    )[0]
+
+
+def js_divergence(
+    student_logits, teacher_logits, axis: int = -1, temperature: float = 1.0, *, exact: bool = False
+) -> np.ndarray:
+    """Reference Jensen-Shannon divergence (KL(p || m) + KL(q || m)) / 2, m = (p + q) / 2."""
+    return divergence_value_and_grad(
+        student_logits, teacher_logits, "js", axis, temperature, exact=exact
+    )[0]
 
 
 def _stablemax_row(row: np.ndarray, t: int):
@@ -401,7 +510,8 @@ def ulp_error(computed, exact, dtype, flush_to_zero: bool = True) -> np.ndarray:
             with np.errstate(invalid="ignore"):  # inf - inf, handled by `same`
                 diff = np.abs(computed - exact)
     same = computed == exact  # covers equal infinities, where diff is NaN
-    err = np.where(same, 0.0, diff / ulp(exact, dtype))
+    with np.errstate(over="ignore"):  # an error past float64's range is +inf ulps
+        err = np.where(same, 0.0, diff / ulp(exact, dtype))
     if flush_to_zero:
         tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
         err = np.where((computed == 0) & (np.abs(exact) < tiny), 0.0, err)
@@ -409,11 +519,12 @@ def ulp_error(computed, exact, dtype, flush_to_zero: bool = True) -> np.ndarray:
 
 
 def representable_values(dtype) -> np.ndarray:
-    """Every finite value of a 16-bit float dtype (bfloat16, float16), ascending."""
+    """Every finite value of an 8- or 16-bit float dtype (float8, bfloat16, float16), ascending."""
     dtype = np.dtype(dtype)
-    if dtype.itemsize != 2:
-        raise ValueError(f"only 16-bit dtypes can be enumerated; got {dtype}.")
-    values = np.arange(2**16, dtype=np.uint16).view(dtype)
+    if dtype.itemsize not in (1, 2):
+        raise ValueError(f"only 8- and 16-bit dtypes can be enumerated; got {dtype}.")
+    uint = np.uint8 if dtype.itemsize == 1 else np.uint16
+    values = np.arange(2 ** (8 * dtype.itemsize), dtype=uint).view(dtype)
     values = values[np.isfinite(values.astype(np.float32))]
     return np.unique(values)  # sorted; +0 and -0 merge
 
@@ -421,7 +532,7 @@ def representable_values(dtype) -> np.ndarray:
 def ulp_window(center: float, dtype, half_width: int) -> np.ndarray:
     """The 2 * half_width + 1 consecutive values of `dtype` around `center`."""
     dtype = np.dtype(dtype)
-    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
     start = int(np.array(center, dtype).view(uint))
     bits = np.arange(start - half_width, start + half_width + 1, dtype=np.int64).astype(uint)
     return bits.view(dtype)

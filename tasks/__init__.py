@@ -9,6 +9,7 @@ from tasks._compiled import clear_compiled_caches as clear_compiled_caches
 from tasks._compiled import compiled_cache as compiled_cache
 from tasks._compiled import compiled_caches as compiled_caches
 from tasks._distill import DISTILL_LOSSES as DISTILL_LOSSES
+from tasks._distill import DISTILL_OBJECTIVES as DISTILL_OBJECTIVES
 from tasks._distill import kl_divergence as kl_divergence
 from tasks._distill import soft_target_gradient as soft_target_gradient
 from tasks._mlp import ACTIVATIONS as ACTIVATIONS

@@ -27,6 +27,15 @@ DISTILL_LOSSES: dict[str, Callable[..., jax.Array]] = {
 and forms q - p from the logit difference (exactly 0 at z_S = z_T); `standard` is optax's
 -sum p log_softmax(z_S / T), whose gradient subtracts p from q (Softmax Cancellation)."""
 
+DISTILL_OBJECTIVES: dict[str, dict[str, Callable[..., jax.Array]]] = {
+    "soft_target": DISTILL_LOSSES,
+    "kl": {"fixed": numerics.kl_divergence, "standard": numerics.standard.kl_divergence},
+}
+"""The distillation loss by `RunConfig.distill_objective`, then `RunConfig.loss`: the paper's
+soft-target cross-entropy, or the KL divergence KL(p || q) = CE(p, q) - H(p), whose gradient
+is the same q - p (optax's `kl_divergence`, the standard one, computes it bit for bit as its
+soft-target CE does) and whose value is 0 at the teacher."""
+
 # Taylor coefficients 1/n! of e^d - 1 - d (n = 2..12): on |d| < 1/8 the 13th term is below
 # 1e-19 of the sum, so the series is exact to rounding there.
 _EXPM1_MINUS_X = tuple(1.0 / math.factorial(n) for n in range(2, 13))
@@ -99,16 +108,21 @@ def _kl_divergence(
 
 
 def soft_target_gradient(
-    loss: str, student_logits_NxK: ArrayLike, teacher_logits_NxK: ArrayLike, temperature: float
+    loss: str,
+    student_logits_NxK: ArrayLike,
+    teacher_logits_NxK: ArrayLike,
+    temperature: float,
+    objective: str = "soft_target",
 ) -> jax.Array:
-    """d loss_i / d(z_S / T) per example, (N, K) in the logits' dtype: the q - p of `loss`.
+    """d loss_i / d(z_S / T) per example, (N, K) in the logits' dtype: the q - p of `loss`
+    (of `DISTILL_OBJECTIVES[objective]`).
 
     At z_S = z_T this is the residual gradient: exactly 0 for `fixed`; for `standard` the
     mismatch of its forward softmax and backward log-softmax (about 1e-3 in bf16, 1e-8 in
     fp32, 1e-17 in fp64; tests/tasks/test_distill.py measures it).
     """
     return _soft_target_gradient(
-        DISTILL_LOSSES[loss], student_logits_NxK, teacher_logits_NxK, temperature
+        DISTILL_OBJECTIVES[objective][loss], student_logits_NxK, teacher_logits_NxK, temperature
     )
 
 

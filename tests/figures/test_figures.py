@@ -411,7 +411,11 @@ def _quant(good: bool):
 def _fig7_runs(good: bool):
     runs = []
     for precision, _ in fig7.PRECISIONS:
-        for loss in ("fixed", "standard"):
+        for loss, objective in (
+            ("fixed", "soft_target"),
+            ("standard", "soft_target"),
+            ("fixed", "kl"),
+        ):
             moved = 0.0 if loss == "fixed" and good else 1.0
             kl = np.full(2000, 1e-6 if precision == "fp32" else 1e-9)
             kl[5] = 1e-3
@@ -420,6 +424,7 @@ def _fig7_runs(good: bool):
                     "fig7",
                     precision=precision,
                     loss=loss,
+                    distill_objective=objective,
                     residual_gradient=moved,
                     kl_max=(0.0 if loss == "fixed" else 1e-9 if precision == "fp64" else 1e-3)
                     if good
@@ -491,13 +496,17 @@ def test_fig7_claims_hold_fail_and_need_data(monkeypatch):
     monkeypatch.setattr(
         fig7,
         "typical_residual",
-        lambda run, store: {"fp32/bf16": 1e-3, "fp32": 1e-8, "fp64": 1e-17}[run.config.precision],
+        lambda run, store, objective="soft_target": {
+            "fp32/bf16": 1e-3,
+            "fp32": 1e-8,
+            "fp64": 1e-17,
+        }[run.config.precision],
     )
     good = fig7.claims(Evidence("full", _fig7_runs(True)))
     assert all(r.status == "holds" for r in good), [
         (r.claim, r.ours) for r in good if r.status != "holds"
     ]
-    monkeypatch.setattr(fig7, "typical_residual", lambda run, store: 1.6e-2)
+    monkeypatch.setattr(fig7, "typical_residual", lambda run, store, objective=None: 1.6e-2)
     bad = fig7.claims(Evidence("full", _fig7_runs(False)))
     assert {r.status for r in bad} == {"fails"}  # 1.6e-2 is ~1e-2: not ~1e-3, ~1e-8, ~1e-17
     empty = fig7.claims(Evidence("full", {}))
@@ -625,6 +634,11 @@ def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
     assert fixed.status == "holds"  # bf16: the fixed student stays bit-identical, KL 0
     residual = next(r for r in rows if "residual gradient" in r.claim and "bf16" in r.claim)
     assert residual.status in ("holds", "fails") and "typical row" in residual.ours
+    # KL as the loss (issue 32): the fixed KL student trained here stays exactly too.
+    kl_fixed = next(r for r in rows if r.claim.startswith("KL(p || q) as the loss, fixed"))
+    assert kl_fixed.status == "not tested"  # only the bf16 column was trained here
+    kl_runs = [r for r in ctx.runs("fig7", train=False) if r.config.distill_objective == "kl"]
+    assert len(kl_runs) == 1 and fig7._stays(kl_runs[0].summary)
     assert any(r.status == "not tested" and "full-scale" in r.note for r in rows)
 
 

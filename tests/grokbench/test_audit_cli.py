@@ -88,6 +88,11 @@ def test_kind_is_guessed_from_the_name():
         "mypkg:ce_with_z_loss": "z-loss",
         "mypkg:softcapped_ce": "soft-cap",
         "mypkg:smoothed_ce": "label-smoothing",
+        "numerics:kl_divergence": "kl",
+        "numerics:reverse_kl_divergence": "reverse-kl",
+        "numerics:js_divergence": "js",
+        "mypkg:distill_kl": "kl",
+        "mypkg:jsd": "js",
     }
     assert {spec: audit.infer_kind(spec) for spec in guesses} == guesses
 
@@ -148,3 +153,31 @@ def test_linear_cross_entropy_audits_as_linear_ce(capsys):
     assert cli.main(["audit", spec, "--dtypes", "bf16", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "as linear-ce (fn(hidden, weight, labels)" in out and "optax on hidden @ weight" in out
+
+
+@pytest.mark.slow  # the library check is in the default run (tests/numerics/test_divergence.py)
+def test_kl_passes_ours_and_fails_optax_at_the_teacher(capsys):
+    # issue 32: optax's kl_divergence(log_softmax(z_S), softmax(z_T)) is not 0 at z_S = z_T
+    # and loses every digit near it (KL ~ |z_S - z_T|^2); ours is exact there.
+    assert cli.main(["audit", "numerics:kl_divergence", "--dtypes", "bf16", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "as kl (fn(student_logits, teacher_logits)" in out
+    assert "value, grad at student=teacher  exactly 0" in out
+    spec = "numerics.standard:kl_divergence"
+    assert cli.main(["audit", spec, "--dtypes", "bf16", "--quick"]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL ")]
+    assert any("at student = teacher" in line and "not exactly 0" in line for line in fails)
+    assert any(line.startswith("FAIL bfloat16 value:") for line in fails), fails
+
+
+@pytest.mark.slow  # the float8 checks run by default in tests/numerics/test_float8.py
+def test_float8_dtypes_pass_ours_and_name_optax_collapse(capsys):
+    # issue 32: float8 as storage. optax computes as JAX does (float16 per operation,
+    # rounded to float8), so e^-m is rounded before 1 is added: in e5m2 its target gradient
+    # is 0 from m = 2, the last value below p ln 2 = 2.079.
+    assert cli.main(["audit", "numerics:cross_entropy", "--dtypes", "e5m2", "--quick"]) == 0
+    assert "float8_e5m2: " in capsys.readouterr().out
+    spec = "optax:softmax_cross_entropy_with_integer_labels"
+    assert cli.main(["audit", spec, "--dtypes", "float8_e5m2", "--quick"]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL ")]
+    assert fails[0].startswith("FAIL float8_e5m2 target gradient: exactly 0 from m=2 ")

@@ -40,3 +40,35 @@ def test_cli_prints_table_and_json(capsys):
 def test_cli_rejects_unknown_dtype(capsys):
     assert cli.main(["cliffs", "float8"]) == 2
     assert "unknown dtype" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", cliffs.FLOAT8_DTYPES)
+def test_float8_rows(name):
+    # issue 32: float8 is a storage format. The fixed loss computes in float32 and rounds
+    # its gradient once to float8, so it is 0 exactly where e^-m / (1 + e^-m) rounds to 0:
+    # below half the smallest subnormal.
+    row = cliffs.measure(name)
+    dtype = np.dtype(name)
+    info = ml_dtypes.finfo(dtype)
+    assert row.significand_bits == info.nmant + 1
+    assert row.cliff == numerics.precision_cliff(dtype)
+    m = numerics.oracle.representable_values(dtype).astype(np.float64)
+    m = m[m > 0]
+    grad = np.exp(-m) / (1 + np.exp(-m))
+    first = m[grad < float(info.smallest_subnormal) / 2][0]
+    assert row.fixed_grad_zero_from == first
+    # One rounding to float8 of the float32 value: within half an ulp of mpmath.
+    err = numerics.oracle.ulp_error(row.fixed_grad_at_cliff, row.true_grad_at_cliff, dtype)
+    assert err <= 0.5 + 2.0**-10
+    # The standard loss (JAX's float8 arithmetic: float16 per operation, rounded to float8)
+    # is exactly 0 no later than its target gradient, from at most the cliff on.
+    assert row.standard_loss_zero_from <= min(row.standard_grad_zero_from, row.cliff)
+
+
+def test_cli_prints_float8_rows_and_refuses_other_8_bit_formats(capsys):
+    assert cli.main(["cliffs", "e4m3fn", "e5m2"]) == 0
+    out = capsys.readouterr().out
+    assert "float8_e4m3fn" in out and "float8_e5m2" in out and "stored in float8" in out
+    assert cli.main(["cliffs", "float8_e4m3fnuz"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "only the OCP float8 formats" in err

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from grokbench import cli, distill, experiment, recipes, store
-from grokbench.config import ADDED_FIELDS, CONFIG_VERSION, ConfigError, RunConfig, config_hash
+from grokbench.config import (
+    ADDED_FIELDS,
+    CONFIG_VERSION,
+    ConfigError,
+    RunConfig,
+    config_hash,
+    identity,
+)
 from grokbench.precision import get_precision
 
 SHRINK = ["p=7", "d_model=8", "n_heads=2", "steps=10", "teacher_steps=50"]
@@ -38,19 +45,20 @@ def test_shrunken_fig7(tmp_path, capsys):
     assert _main([*argv, "--out", str(tmp_path), "--no-progress"]) == 0
     runs = json.loads((tmp_path / "summary.json").read_text())["runs"]
     s = store.Store(tmp_path / "store")
-    by_loss = {r["config"]["loss"]: r for r in runs}
-    assert set(by_loss) == {"fixed", "standard"}
+    by_loss = {(r["config"]["loss"], r["config"]["distill_objective"]): r for r in runs}
+    assert set(by_loss) == {("fixed", "soft_target"), ("standard", "soft_target"), ("fixed", "kl")}
     for run in runs:
         _check_contract(run)
-    _check_fixed(s, by_loss["fixed"])
-    _check_standard(s, by_loss["standard"])
-    _check_teacher(s, _config(by_loss["fixed"]))
+    _check_fixed(s, by_loss["fixed", "soft_target"])
+    _check_fixed(s, by_loss["fixed", "kl"])  # KL(p || q) as the loss: exact at the teacher too
+    _check_standard(s, by_loss["standard", "soft_target"])
+    _check_teacher(s, _config(by_loss["fixed", "soft_target"]))
     capsys.readouterr()
     assert _main([*argv, "--no-progress"]) == 0  # everything cached now
     table = capsys.readouterr().out
     assert "kl_final" in table and "residual" in table
     *rows, footer = [line for line in table.splitlines()[1:] if line.strip()]
-    assert len(rows) == 2 and all(row.rstrip().endswith("*") for row in rows)
+    assert len(rows) == 3 and all(row.rstrip().endswith("*") for row in rows)
     assert footer.startswith("* loaded from the store")
 
 
@@ -112,12 +120,17 @@ def _check_teacher(s, student):
 def test_recipe_grid_and_overrides():
     fig7 = recipes.get_recipe("fig7")
     runs = recipes.expand(fig7)
-    assert [(c.precision, c.loss) for c in runs] == [
-        (p, loss) for p in ("fp32/bf16", "fp32", "fp64") for loss in ("fixed", "standard")
-    ]
+    assert [(c.precision, c.loss, c.distill_objective) for c in runs] == [
+        (p, loss, "soft_target")
+        for p in ("fp32/bf16", "fp32", "fp64")
+        for loss in ("fixed", "standard")
+    ] + [(p, "fixed", "kl") for p in ("fp32/bf16", "fp32", "fp64")]
     assert all(c.teacher_steps == 5000 and c.steps == 2000 and c.p == 53 for c in runs)
     picked = recipes.expand(fig7, {"precision": ("fp64",), "loss": ("standard",)})
-    assert [(c.precision, c.loss) for c in picked] == [("fp64", "standard")]
+    assert [(c.precision, c.loss, c.distill_objective) for c in picked] == [
+        ("fp64", "standard", "soft_target"),
+        ("fp64", "standard", "kl"),
+    ]
     assert all(c.steps == 500 for c in recipes.expand(fig7, quick=True))
 
 
@@ -125,6 +138,8 @@ def test_recipe_grid_and_overrides():
     "changes, match",
     [
         ({"temperature": 2.0}, "distillation runs only"),
+        ({"distill_objective": "kl"}, "distillation runs only"),
+        ({"teacher_steps": 10, "eval_every": 1, "distill_objective": "js"}, "distill_objective"),
         ({"teacher_steps": -1}, "teacher_steps"),
         ({"teacher_steps": 10, "eval_every": 1, "loss": "stablemax"}, "soft-target"),
         ({"teacher_steps": 10, "eval_every": 10, "steps": 100}, "eval_every must be 1"),
@@ -151,6 +166,8 @@ def test_distill_fields_leave_existing_hashes_alone():
     assert config_hash(table1_last) == _hash_without_added_fields(table1_last)
     student = RunConfig(teacher_steps=100, eval_every=1, steps=100)
     assert config_hash(student) != config_hash(dataclasses.replace(student, temperature=2.0))
+    kl = dataclasses.replace(student, distill_objective="kl")
+    assert "distill_objective" not in identity(student) and config_hash(student) != config_hash(kl)
 
 
 def test_format_table_shows_the_distill_columns():

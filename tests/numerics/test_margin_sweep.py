@@ -21,7 +21,7 @@ import pytest
 
 import numerics
 from numerics import oracle
-from numerics._testing import finite_gaps, weighted_gap
+from numerics._check_tolerances import finite_gaps, weighted_gap
 from numerics.testing import assert_ulp_close
 from tests.tolerances import DTYPES, ULPS, general_bound
 

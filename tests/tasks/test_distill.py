@@ -136,3 +136,18 @@ def test_kl_under_jit_and_vmap(x64):
     eager = tasks.kl_divergence(s, z, 2.0)
     batched = jax.jit(jax.vmap(lambda a, b: tasks.kl_divergence(a, b, 2.0)))(s[None], z[None])
     np.testing.assert_allclose(np.asarray(batched[0]), np.asarray(eager), rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_kl_objective_has_soft_target_gradients(dtype):
+    # fig7's recipe trains only the fixed KL student: optax's KL (the standard one) has
+    # standard soft-target CE's gradient bit for bit, so its students are those runs; the
+    # fixed KL is exactly 0 at the teacher, as the fixed soft-target CE is.
+    z_t = jnp.asarray(_teacher_logits(16, 53), dtype)
+    z_s = z_t + jnp.asarray(1e-2 * np.random.default_rng(0).standard_normal((16, 53)), dtype)
+    for student in (z_t, z_s):
+        ce = tasks.soft_target_gradient("standard", student, z_t, 4.0)
+        kl = tasks.soft_target_gradient("standard", student, z_t, 4.0, "kl")
+        np.testing.assert_array_equal(np.asarray(kl), np.asarray(ce))
+    assert not np.any(tasks.soft_target_gradient("fixed", z_t, z_t, 4.0, "kl"))
+    assert set(tasks.DISTILL_OBJECTIVES) == {"soft_target", "kl"}

@@ -1,4 +1,4 @@
-"""Entry checks shared by every public function (docs/style.md 2).
+"""Argument validation shared by every public function (docs/style.md 2).
 
 They run at trace time, so a bad call fails with a clear message before XLA
 sees it, under `jit` and `vmap` alike.
@@ -10,10 +10,15 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from jax.typing import ArrayLike
 
 _FLOATS = "bfloat16, float16, float32 or float64"
+
+FLOAT8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+"""The 8-bit formats numerics takes, as storage: values rounded to float8, the math of the
+fixed functions in float32, each result rounded once to float8 (docs/numerics.md)."""
 
 # An axis argument as jax.nn takes it: one axis, several normalised together, or all.
 Axis = int | tuple[int, ...] | None
@@ -42,15 +47,32 @@ def _dtype(x: ArrayLike, name: str) -> np.dtype:
     return dtype
 
 
-def check_float(x: ArrayLike, name: str) -> jax.Array:
-    """Return `x` as a jax array, raising TypeError unless it is floating point."""
+def float_array(x: ArrayLike, name: str, *, float8: bool = False) -> jax.Array:
+    """Return `x` as a jax array, raising TypeError unless it is floating point.
+
+    Formats narrower than 16 bits raise TypeError too, unless `float8` and `x` is one of
+    `FLOAT8` (the functions that take float8 logits say so).
+    """
     dtype = _dtype(x, name)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{name} must be a floating-point array ({_FLOATS}); got dtype {dtype}.")
+    if dtype.itemsize == 1:
+        if dtype not in FLOAT8:
+            raise TypeError(
+                f"{name} is {dtype}: of the formats narrower than 16 bits numerics takes "
+                "float8_e4m3fn and float8_e5m2 only (the OCP formats; the fnuz, e3m4, e8m0, "
+                "float6 and float4 ones are refused)."
+            )
+        if not float8:
+            raise TypeError(
+                f"{name} is {dtype}: this function does not take float8 (a storage format "
+                "here, whose math the fixed softmax, log-softmax and losses do in float32); "
+                "cast to bfloat16 or float32 first."
+            )
     return jnp.asarray(x)
 
 
-def check_int(x: ArrayLike, name: str) -> jax.Array:
+def int_array(x: ArrayLike, name: str) -> jax.Array:
     """Return `x` as a jax array, raising TypeError unless it holds integers."""
     dtype = _dtype(x, name)
     if not jnp.issubdtype(dtype, jnp.integer):
@@ -58,7 +80,7 @@ def check_int(x: ArrayLike, name: str) -> jax.Array:
     return jnp.asarray(x)
 
 
-def check_axis(x: jax.Array, axis: Axis, name: str) -> tuple[int, ...]:
+def class_axes(x: jax.Array, axis: Axis, name: str) -> tuple[int, ...]:
     """Normalise `axis` (an int, a tuple of ints, or None for all) to non-negative axes.
 
     The order given is kept: `classes_last` flattens the class axes in that order, so a
@@ -97,7 +119,7 @@ def classes_back(y: jax.Array, axes: tuple[int, ...], shape: tuple[int, ...]) ->
     return jnp.transpose(y, tuple(int(a) for a in np.argsort(order)))
 
 
-def check_mask(where: ArrayLike | None, shape: tuple[int, ...]) -> jax.Array | None:
+def entry_mask(where: ArrayLike | None, shape: tuple[int, ...]) -> jax.Array | None:
     """Return the boolean mask broadcast to `shape`, or None when there is none."""
     if where is None:
         return None
@@ -113,10 +135,10 @@ def check_mask(where: ArrayLike | None, shape: tuple[int, ...]) -> jax.Array | N
     return jnp.broadcast_to(where, shape)
 
 
-def check_loss_mask(
+def loss_mask(
     where: ArrayLike | None, shape: tuple[int, ...], axes: tuple[int, ...]
 ) -> jax.Array | None:
-    """`check_mask` for a loss, reading `where` as optax does.
+    """`entry_mask` for a loss, reading `where` as optax does.
 
     `where` of the logits' rank masks entries; `where` of the labels' rank (the
     logits' rank less the class axes) masks whole examples, so it is expanded at
@@ -133,10 +155,10 @@ def check_loss_mask(
             f"where must have the rank of logits {shape} (an entry mask) or of the labels, "
             f"without the class axes {axes} (an example mask); got rank {ndim}."
         )
-    return check_mask(where, shape)
+    return entry_mask(where, shape)
 
 
-def check_labels(
+def class_labels(
     labels: ArrayLike, logits: jax.Array, axes: tuple[int, ...], mask: jax.Array | None = None
 ) -> jax.Array:
     """Check integer labels against logits with the class axes `axes`.
@@ -147,7 +169,7 @@ def check_labels(
     `mask` (of the logits' shape) masks out entirely are padding: their labels
     are not checked.
     """
-    labels = check_int(labels, "labels")
+    labels = int_array(labels, "labels")
     expected = tuple(n for a, n in enumerate(logits.shape) if a not in axes)
     if labels.shape != expected:
         raise ValueError(
@@ -170,7 +192,7 @@ def check_labels(
     return labels
 
 
-def check_student_teacher(
+def student_teacher(
     student: ArrayLike,
     teacher: ArrayLike,
     axis: Axis,
@@ -178,10 +200,11 @@ def check_student_teacher(
     where: ArrayLike | None = None,
 ):
     """Check a (student, teacher) logit pair and its optional `where` (read as
-    `check_loss_mask` reads it); return both with the class axes flattened last, divided
-    by T, and the mask in the same layout (or None)."""
-    student = check_float(student, "student_logits")
-    teacher = check_float(teacher, "teacher_logits")
+    `loss_mask` reads it); return both with the class axes flattened last, divided
+    by T, and the mask in the same layout (or None). float8 logits are accepted; their
+    division by T is done in float32 and rounded once to float8."""
+    student = float_array(student, "student_logits", float8=True)
+    teacher = float_array(teacher, "teacher_logits", float8=True)
     if student.shape != teacher.shape:
         raise ValueError(
             f"student_logits {student.shape} and teacher_logits {teacher.shape} "
@@ -192,15 +215,22 @@ def check_student_teacher(
             f"student_logits ({student.dtype}) and teacher_logits ({teacher.dtype}) "
             "must have the same dtype: the lab never promotes precision silently."
         )
-    axes = check_axis(student, axis, "student_logits")
+    axes = class_axes(student, axis, "student_logits")
     if not isinstance(temperature, jax.core.Tracer) and not float(temperature) > 0:
         raise ValueError(f"temperature must be > 0; got {temperature}.")
-    mask = check_loss_mask(where, student.shape, axes)
+    mask = loss_mask(where, student.shape, axes)
     student = classes_last(student, axes)
     teacher = classes_last(teacher, axes)
     mask = None if mask is None else classes_last(mask, axes)
     if not (isinstance(temperature, (int, float)) and temperature == 1):
-        # Both sides divided in their own dtype: equal logits stay bit-identical.
-        temperature = jnp.asarray(temperature, student.dtype)
-        student, teacher = student / temperature, teacher / temperature
+        # Both sides divided in their own dtype: equal logits stay bit-identical. float8 in
+        # float32, rounded once (XLA would round through float16 first).
+        dtype = student.dtype
+        if dtype.itemsize == 1:
+            t = jnp.asarray(temperature, jnp.float32)
+            student = (student.astype(jnp.float32) / t).astype(dtype)
+            teacher = (teacher.astype(jnp.float32) / t).astype(dtype)
+        else:
+            temperature = jnp.asarray(temperature, dtype)
+            student, teacher = student / temperature, teacher / temperature
     return student, teacher, mask

@@ -1,0 +1,273 @@
+"""The check of integer-label cross-entropy, with its options and fused with a linear layer."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numerics import _check_calls as calls
+from numerics import _check_cases as cases
+from numerics import oracle
+from numerics._check_tally import CheckResult, Tally, fail_zero_from
+from numerics._check_tolerances import (
+    OPTION_ULPS,
+    OPTIONS,
+    ULPS,
+    as_dtype,
+    conditioned_bound,
+    errors_in_ulps_of,
+    finite_gaps,
+    option_conditioning,
+    weighted_gap,
+)
+from numerics._cliffs import precision_cliff
+
+
+def _capped_cliff(dtype, cap) -> str:
+    """Where the cliff of the capped logits sits in the raw margin, for the cliff line."""
+    if cap is None:
+        return ""
+    cliff = precision_cliff(dtype)
+    if cliff >= cap:
+        return f"; with soft_cap {cap:g} the capped margin never reaches it on [m, 0]"
+    return f" of the capped logits, m = {cap * math.atanh(cliff / cap):.6g} before the cap"
+
+
+def check_cross_entropy(
+    fn: Callable,
+    dtype,
+    *,
+    max_ulps: float | None = None,
+    quick: bool = False,
+    reference: Callable | None = None,
+    z_loss: float = 0.0,
+    soft_cap: float | None = None,
+    label_smoothing: float = 0.0,
+    max_k: int = 50_000,
+    kind: str = "ce",
+) -> CheckResult:
+    """Check an integer-label cross-entropy `fn(logits, labels) -> losses` against mpmath.
+
+    Inputs: logits [m, 0] with label 0 for every ulp around `precision_cliff(dtype)` and a
+    dense grid of m from -40 to past exponent underflow; random rows (K from 2
+    to 50,000, scales 1e-3 to 10, logits near 1e4, ties, near-ties, -inf classes); a
+    row holding NaN. Loss and gradient (of the summed loss) are compared in ulps: within
+    `ULPS` (or `max_ulps`) on the margin sweep, plus `general_bound`'s conditioning on
+    random rows. The target gradient must not be 0 where the exact one is a normal
+    number, the gradients must sum to zero within rounding, a NaN must give NaN and
+    finite logits a finite loss.
+
+    With `z_loss`, `soft_cap` or `label_smoothing`, `fn` is checked as a cross-entropy
+    with those options (the semantics of `numerics.cross_entropy`; `fn` applies them
+    itself): the bounds grow by `OPTION_ULPS`, gradients are measured in ulps of the
+    terms they are formed from, and the zero-sum check is skipped where the option
+    breaks it (z-loss: the gradients sum to 2 w lse; a cap scales each by sech^2).
+
+    Example:
+      >>> import numerics
+      >>> check_cross_entropy(numerics.cross_entropy, "bf16", quick=True).assert_ok()
+
+    Args:
+      fn: the function; called as fn(logits_NxK, labels_N), under `jax.jit` and `jax.vjp`.
+      dtype: 'bf16', 'fp16', 'fp32', 'fp64', or NumPy's names and dtypes. float64 runs
+        with x64 enabled for the duration.
+      max_ulps: replaces the table's bound (the conditioning of random rows stays).
+      quick: fewer margins, K up to 100: about a second per dtype.
+      reference: the exact (loss, grad) function, `oracle.cross_entropy_value_and_grad`
+        by default (e.g. `oracle.stablemax_cross_entropy_value_and_grad` for StableMax).
+      z_loss, soft_cap, label_smoothing: the options `fn` computes (see `OPTIONS`).
+      max_k: the largest K of the random rows.
+      kind: the name the result carries.
+
+    Returns:
+      A `CheckResult`; `.assert_ok()` raises AssertionError listing every failure.
+
+    Raises:
+      SignatureError: `fn` raised on plain input or returned the wrong shape.
+    """
+    dtype = as_dtype(dtype)
+    options = {
+        name: v
+        for name, v, off in (
+            ("z_loss", z_loss, 0.0),
+            ("soft_cap", soft_cap, None),
+            ("label_smoothing", label_smoothing, 0.0),
+        )
+        if v != off
+    }
+    reference = reference or functools.partial(oracle.cross_entropy_value_and_grad, **options)
+    tally = Tally(kind, dtype)
+    value, grad_base = ULPS["value"][dtype], ULPS["grad"][dtype]
+    if options:
+        value, grad_base = value + OPTION_ULPS["value"], grad_base + OPTION_ULPS["grad"]
+    if max_ulps is not None:
+        value = grad_base = float(max_ulps)
+    zero_sum = not ({"z_loss", "soft_cap"} & set(options))
+
+    def grad_errors(z, labels, grad, exact_grad):
+        """(value conditioning (rows,), gradient conditioning (rows, K), gradient errors,
+        scale) for the options; zeros and None without options."""
+        if not options:
+            return 0.0, 0.0, None, None
+        conditioning, grad_conditioning, scale = option_conditioning(z, labels, **options)
+        err = errors_in_ulps_of(grad, exact_grad, scale, dtype)
+        return conditioning, grad_conditioning, err, scale
+
+    with jax.enable_x64(dtype == np.float64):
+        run = calls.value_and_grad_runner(fn, "ce")
+        out_dtype = calls.probe_signature(fn, run, "ce", dtype)
+        m = cases.margin_sweep(dtype, quick)
+        z = np.stack([m, np.zeros_like(m)], -1)
+        labels = np.zeros(len(m), np.int32)
+        dies = zero = None
+        got = calls.run_or_fail(tally, run, "the margin sweep", z, labels)
+        if got is not None:
+            loss, grad = got
+            exact_loss, exact_grad = reference(z, labels, exact=True)
+            cond, grad_cond, err, scale = grad_errors(z, labels, grad, exact_grad)
+
+            def name_margin(r, *_):
+                return f"m={float(m[r]):.8g} (logits [m, 0], label 0)"
+
+            tally.rows += len(m)
+            tally.compare("loss", "value", loss, exact_loss, value + cond, z, name_margin)
+            for j, what in enumerate(("target gradient", "other gradient")):
+                bound = grad_base + (0.0 if err is None else grad_cond[:, j])
+                tally.compare(
+                    what,
+                    "grad",
+                    grad[:, j],
+                    exact_grad[:, j],
+                    bound,
+                    z,
+                    name_margin,
+                    None if err is None else err[:, j],
+                )
+            if zero_sum:
+                tally.grad_sums(grad, np.full(len(m), grad_base), name_margin)
+
+            def at_margin(mi):  # (loss, gradient) at logits [m, 0]
+                return run(np.array([[mi[0], 0]], dtype), np.zeros(1, np.int32))
+
+            exact_t = exact_grad[:, 0]
+            if scale is not None:
+                # Near an option's equilibrium the exact gradient is a cancellation; a 0
+                # there is within the bound and no collapse.
+                ulp_scale = oracle.ulp(scale[:, 0], dtype) * (grad_base + grad_cond[:, 0])
+                exact_t = np.where(np.abs(exact_t.astype(np.float64)) > ulp_scale, exact_t, 0.0)
+            dies = calls.first_spurious_zero(
+                tally, grad[:, 0], exact_t, m, lambda v: at_margin(v)[1][0, 0]
+            )
+            zero = calls.first_spurious_zero(
+                tally, loss, exact_loss, m, lambda v: at_margin(v)[0][0]
+            )
+            for what, at in (("target gradient", dies), ("loss", zero)):
+                if at is not None:
+                    exact_at = reference(np.array([[at, 0.0]]), np.zeros(1, int))
+                    fail_zero_from(
+                        tally,
+                        what,
+                        at,
+                        exact_at[1][0, 0] if what != "loss" else exact_at[0][0],
+                        _capped_cliff(dtype, soft_cap),
+                    )
+        for case in cases.random_cases(quick, max_k, dtype):
+            if kind == "linear-ce" and case[4] == "masked":
+                continue  # -inf hidden times the identity's zeros is NaN, not a masked class
+            z, labels = cases.plant_rows(case, dtype, 2, seed=0)
+            got = calls.run_or_fail(tally, run, cases.describe_case(case), z, labels)
+            if got is None:
+                continue
+            loss, grad = got
+            exact_loss, exact_grad = reference(z, labels, exact=True)
+            cond, grad_cond, err, _ = grad_errors(z, labels, grad, exact_grad)
+            k = case[0]
+            zc = soft_cap * np.tanh(z.astype(np.float64) / soft_cap) if soft_cap else z
+            gaps = finite_gaps(zc)
+            is_target = np.arange(k) == labels[:, None]
+            conditioning = np.where(is_target, weighted_gap(gaps, is_target)[:, None], gaps)
+            name_element = cases.case_element_namer(case)
+            tally.rows += len(z)
+            tally.compare(
+                "loss",
+                "value",
+                loss,
+                exact_loss,
+                conditioned_bound(value, gaps.max(-1) + cond, k),
+                z,
+                name_element,
+            )
+            grad_bound = conditioned_bound(grad_base, conditioning + grad_cond, k)
+            tally.compare("gradient", "grad", grad, exact_grad, grad_bound, z, name_element, err)
+            if zero_sum:
+                tally.grad_sums(grad, grad_bound.max(-1), name_element)
+        nan = calls.nan_propagation(tally, run, "ce", dtype)
+    return tally.result(
+        grad_dies_at=dies,
+        value_zero_at=zero,
+        zero_at_teacher=None,
+        nan_propagates=nan,
+        output_dtype=out_dtype.name,
+    )
+
+
+def check_option_cross_entropy(fn: Callable, dtype, kind: str, **check) -> CheckResult:
+    """`check_cross_entropy` of `fn(logits, labels)` with the option of `kind` (a key of
+    `OPTIONS`) at its value there, unless `check` sets it.
+
+    Example:
+      >>> import functools, numerics
+      >>> fixed = functools.partial(numerics.cross_entropy, z_loss=1e-4)
+      >>> check_option_cross_entropy(fixed, "bf16", "z-loss", quick=True).ok
+      True
+
+    Args:
+      fn: the function, computing the option itself.
+      dtype: as `check_cross_entropy`.
+      kind: "z-loss", "soft-cap" or "label-smoothing".
+      **check: `check_cross_entropy`'s keywords (max_ulps, quick, the option's value).
+
+    Returns:
+      A `CheckResult`.
+    """
+    if kind not in OPTIONS:
+        raise ValueError(f"kind must be one of {sorted(OPTIONS)}; got {kind!r}.")
+    return check_cross_entropy(fn, dtype, **{**OPTIONS[kind], **check, "kind": kind})
+
+
+LINEAR_MAX_K = 1000  # documented in numerics.testing
+
+
+def check_linear_cross_entropy(fn: Callable, dtype, **check) -> CheckResult:
+    """Check a fused linear cross-entropy `fn(hidden, weight, labels) -> per-row losses`.
+
+    hidden = the logits of `check_cross_entropy`'s cases and weight = the identity, so
+    hidden @ weight is exact in any accumulation order and the same margins, ties and
+    -inf-free random rows (K up to `LINEAR_MAX_K`) are checked; the gradient checked is
+    d/d hidden (= d/d logits here). `check` goes to `check_cross_entropy` (options too).
+
+    Example:
+      >>> import numerics
+      >>> check_linear_cross_entropy(numerics.linear_cross_entropy, "fp32", quick=True).ok
+      True
+
+    Args:
+      fn: called as fn(hidden_NxD, weight_DxV, labels_N).
+      dtype: as `check_cross_entropy`.
+      **check: `check_cross_entropy`'s keywords.
+
+    Returns:
+      A `CheckResult`.
+    """
+
+    def through_identity(logits, labels):
+        return fn(logits, jnp.eye(logits.shape[-1], dtype=logits.dtype), labels)
+
+    through_identity.__qualname__ = calls.fn_name(fn)
+    check = {"max_k": LINEAR_MAX_K, "kind": "linear-ce", **check}
+    return check_cross_entropy(through_identity, dtype, **check)

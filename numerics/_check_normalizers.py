@@ -1,0 +1,157 @@
+"""The checks of softmax and log-softmax: both on the margin sweep and random rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from numerics import _check_calls as calls
+from numerics import _check_cases as cases
+from numerics import oracle
+from numerics._check_tally import CheckResult, Tally, fail_zero_from
+from numerics._check_tolerances import (
+    ULPS,
+    as_dtype,
+    conditioned_bound,
+    finite_gaps,
+    weighted_gap,
+)
+
+
+def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
+    """`check_softmax` and `check_log_softmax`: `kind` picks the oracle."""
+    dtype = as_dtype(dtype)
+    log = kind == "log_softmax"
+    reference = oracle.log_softmax if log else oracle.softmax
+    reference_vjp = oracle.log_softmax_vjp if log else oracle.softmax_vjp
+    tally = Tally(kind, dtype)
+    value, grad_base = ULPS["value"][dtype], ULPS["autodiff_grad"][dtype]
+    if max_ulps is not None:
+        value = grad_base = float(max_ulps)
+    with jax.enable_x64(dtype == np.float64):
+        run = calls.value_and_grad_runner(fn, kind)
+        out_dtype = calls.probe_signature(fn, run, kind, dtype)
+        m = cases.margin_sweep(dtype, quick)
+        x = np.stack([m, np.zeros_like(m)], -1)
+        cotangent = np.broadcast_to(np.array([1, 0], dtype), x.shape)
+        dies = zero = None
+        got = calls.run_or_fail(tally, run, "the margin sweep", x, cotangent)
+        if got is not None:
+            out, grad = got
+            exact = reference(x, exact=True)
+            exact_grad = reference_vjp(x, cotangent, exact=True)
+
+            def name_margin(r, j=None):
+                entry = "" if j is None else f", entry {int(j)}"
+                return f"m={float(m[r]):.8g} (x = [m, 0]{entry})"
+
+            tally.rows += len(m)
+            tally.compare(f"{kind}", "value", out, exact, value, x, name_margin)
+            for j in range(2):
+                what = f"d {kind}[0] / dx{j}"
+                tally.compare(what, "grad", grad[:, j], exact_grad[:, j], grad_base, x, name_margin)
+            tally.grad_sums(grad, np.full(len(m), grad_base), name_margin)
+
+            def at_margin(mi):  # (output, gradient) at x = [m, 0], cotangent [1, 0]
+                return run(np.array([[mi[0], 0]], dtype), np.array([[1, 0]], dtype))
+
+            dies = calls.first_spurious_zero(
+                tally, grad[:, 0], exact_grad[:, 0], m, lambda v: at_margin(v)[1][0, 0]
+            )
+            if dies is not None:
+                exact_at = reference_vjp(np.array([[dies, 0.0]]), np.array([[1.0, 0.0]]))[0, 0]
+                fail_zero_from(tally, f"d {kind}[0] / dx0", dies, exact_at)
+            if log:
+                zero = calls.first_spurious_zero(
+                    tally, out[:, 0], exact[:, 0], m, lambda v: at_margin(v)[0][0, 0]
+                )
+                if zero is not None:
+                    fail_zero_from(
+                        tally, f"{kind}[0]", zero, reference(np.array([[zero, 0.0]]))[0, 0]
+                    )
+        for case in cases.random_cases(quick, dtype=dtype):
+            x, _ = cases.plant_rows(case, dtype, 2, seed=1)
+            k = case[0]
+            cotangent = (np.arange(k) == np.argmax(x, -1)[:, None]).astype(dtype)
+            got = calls.run_or_fail(tally, run, cases.describe_case(case), x, cotangent)
+            if got is None:
+                continue
+            gaps = finite_gaps(x)
+            if log:  # log q_k = -gap_k - log1p(S - 1): the sum's conditioning
+                is_max = np.arange(k) == np.argmax(x, -1)[:, None]
+                gaps = np.broadcast_to(weighted_gap(gaps, is_max)[:, None], gaps.shape)
+            tally.rows += len(x)
+            bound = conditioned_bound(value, gaps, k)
+            tally.compare(
+                kind,
+                "value",
+                got[0],
+                reference(x, exact=True),
+                bound,
+                x,
+                cases.case_element_namer(case),
+            )
+        nan = calls.nan_propagation(tally, run, kind, dtype)
+    return tally.result(
+        grad_dies_at=dies,
+        value_zero_at=zero,
+        zero_at_teacher=None,
+        nan_propagates=nan,
+        output_dtype=out_dtype.name,
+    )
+
+
+def check_log_softmax(fn: Callable, dtype, *, max_ulps: float | None = None, quick: bool = False):
+    """Check a log-softmax `fn(x) -> log q` (class axis last) against mpmath.
+
+    As `check_cross_entropy`, on x = [m, 0] (values of both entries, and the gradient of
+    entry 0, within `ULPS['value']` and `ULPS['autodiff_grad']`) and on random rows
+    (values). Entry 0 (the log-probability of the max) must not round to 0 while the
+    exact value is a normal number, and its gradient must not die at the cliff.
+
+    Example:
+      >>> import jax
+      >>> check_log_softmax(jax.nn.log_softmax, "fp16", quick=True).value_zero_at  # the cliff
+      7.625
+
+    Args:
+      fn: the function, called as fn(x_NxK) under `jax.jit` and `jax.vjp`.
+      dtype: as `check_cross_entropy`.
+      max_ulps: replaces the table's bounds.
+      quick: fewer margins, K up to 100.
+
+    Returns:
+      A `CheckResult`.
+
+    Raises:
+      SignatureError: `fn` raised on plain input or returned the wrong shape.
+    """
+    return _check_normalizer(fn, dtype, "log_softmax", max_ulps, quick)
+
+
+def check_softmax(fn: Callable, dtype, *, max_ulps: float | None = None, quick: bool = False):
+    """Check a softmax `fn(x) -> q` (class axis last) against mpmath.
+
+    As `check_log_softmax`; the collapse shows in the gradient of the dominant
+    probability, q_0 (1 - q_0), which standard softmax rounds to 0 past the cliff.
+
+    Example:
+      >>> import numerics
+      >>> check_softmax(numerics.softmax, "fp32", quick=True).grad_dies_at is None
+      True
+
+    Args:
+      fn: the function, called as fn(x_NxK) under `jax.jit` and `jax.vjp`.
+      dtype: as `check_cross_entropy`.
+      max_ulps: replaces the table's bounds.
+      quick: fewer margins, K up to 100.
+
+    Returns:
+      A `CheckResult`.
+
+    Raises:
+      SignatureError: `fn` raised on plain input or returned the wrong shape.
+    """
+    return _check_normalizer(fn, dtype, "softmax", max_ulps, quick)
