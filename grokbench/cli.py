@@ -21,15 +21,13 @@ from grokbench import commands, runtime
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """One subcommand: what it calls (its docstring is the help), the shared options it takes
-    (`_SHARED`), its own arguments, the list positional that words after its options extend,
-    and the exceptions besides `ConfigError` that are input errors (one line, exit 2)."""
+    """One subcommand of `grokbench`."""
 
-    run: Callable[[argparse.Namespace], int]
-    shared: tuple[str, ...] = ()
-    arguments: tuple[tuple[tuple[str, ...], dict], ...] = ()
-    rest: str | None = None
-    input_errors: tuple[type[Exception], ...] = ()
+    run: Callable[[argparse.Namespace], int]  # what it calls: its docstring is the help
+    shared: tuple[str, ...] = ()  # the options of `_SHARED` it takes
+    arguments: tuple[tuple[tuple[str, ...], dict], ...] = ()  # its own (`arg`)
+    rest: str | None = None  # the list positional that words after its options extend
+    input_errors: tuple[type[Exception], ...] = ()  # besides ConfigError: one line, exit 2
     exclusive: tuple[str, ...] = ()  # options of which at most one may be given
 
 
@@ -49,6 +47,7 @@ def _late(module: str, name: str) -> Callable[[], list[str]]:
     return lambda: list(getattr(importlib.import_module(module), name))
 
 
+_DTYPES = "bf16 fp16 fp32 fp64 e4m3fn e5m2"
 COMMANDS: dict[str, Command] = {
     "run": Command(
         commands.run,
@@ -130,11 +129,7 @@ COMMANDS: dict[str, Command] = {
     "cliffs": Command(
         commands.cliffs,
         arguments=(
-            arg(
-                "dtypes",
-                nargs="*",
-                help="bf16 fp16 fp32 fp64 e4m3fn e5m2 or NumPy names (default: all)",
-            ),
+            arg("dtypes", nargs="*", help=f"{_DTYPES} or NumPy names (default: all)"),
             arg("--json", action="store_true", help="print the rows as JSON"),
         ),
         rest="dtypes",
