@@ -307,10 +307,9 @@ def check(paths: Sequence[pathlib.Path] = DOCS) -> list[str]:
         new = rendered(text, bundle)
         if new != text:
             want = {name: new[s:e] for name, s, e in blocks(new)}
+            shown = path.relative_to(ROOT) if ROOT in path.parents else path
             stale += [
-                f"{path.relative_to(ROOT)}: {name}"
-                for name, s, e in blocks(text)
-                if text[s:e] != want.get(name)
+                f"{shown}: {name}" for name, s, e in blocks(text) if text[s:e] != want.get(name)
             ]
     return stale
 
