@@ -19,7 +19,11 @@ they stay when a result misses. The rules, decided from the text:
   count 3 and our n seeds, and at least half the quoted digit (0.05 points). Both sides
   are tested: a standard-CE cell at 100 % fails as surely as one at 80 %.
 - Counts and orderings ("no spikes", "repeatedly", "groks faster on all 5 seeds", "lags")
-  are tested exactly as worded.
+  are tested exactly as worded: an order is strict (a tie is no order), "below the cliff"
+  is below c_d itself, and "all 5 seeds" is every seed of a 20-seed rate (`GROK_RATE`).
+- Where a rule separates two behaviours (a stalled standard-CE run from one at the
+  equilibrium), a run of the other behaviour must fail it: Table 1's standard-CE margins
+  use the same paper-value-within-0.5 rule as every other margin.
 
 Prieto et al.'s ⊥Grad claim (`ORTHOGRAD`, "Grokking at the edge of numerical stability") is
 stated without a number and tested as worded; its row is in figures/progress.py.
