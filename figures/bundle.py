@@ -147,7 +147,7 @@ def refresh(
     from figures import build, fig4, fig7, report
     from figures._common import Context
     from figures.claims import FIGURE_OF, RUN_ONLY
-    from grokbench import equilibrium, experiment, recipes
+    from grokbench import equilibrium, experiment
     from grokbench.store import Store
 
     work.mkdir(parents=True, exist_ok=True)
@@ -195,11 +195,12 @@ def refresh(
         load, start = _load(), time.perf_counter()
         if train:
             experiment.run_configs(configs, store, progress=progress)
-        timing[name] = {
-            "command": f"grokbench run {name}",
-            "seconds": round(time.perf_counter() - start, 1),
-            "load_average_before": load,
-        }
+        timing[name] = {"command": f"grokbench run {name}"}  # the same cached path
+        if train:
+            timing[name] |= {
+                "seconds": round(time.perf_counter() - start, 1),
+                "load_average_before": load,
+            }
     entries["full"] = timing
     full = Context(quick=False, out=full_out, store=store, progress=False)
     runs = {n: full.runs(n, train=False) for n in names}
@@ -226,10 +227,8 @@ def refresh(
             "versions": _versions(),
             "machine": _machine(),
             "entries": {**previous.get("entries", {}), **entries},
-            "full_recipes": list(full_recipes),
-            "recipes_not_in_the_bundle_at_full_scale": sorted(
-                n for n in recipes.RECIPES if n in names and n not in full_recipes
-            ),
+            "full_recipes": [n for n in names if runs.get(n)],
+            "recipes_not_in_the_bundle_at_full_scale": [n for n in names if not runs.get(n)],
         },
     )
     render()
