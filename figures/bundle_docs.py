@@ -7,12 +7,38 @@ Markdown. A block whose data the bundle lacks says so instead of printing a numb
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 Bundle = dict[str, Any]
 
 __all__ = ["BLOCKS"]
+
+WIDTH = 92
+"""The docs' line width: a rendered paragraph or bullet is wrapped to it, tables are not."""
+
+
+def wrap(text: str) -> str:
+    """Every line of `text` that is not a table row, wrapped to WIDTH (a bullet's
+    continuation lines indented under its text)."""
+    out = []
+    for line in text.split("\n"):
+        if not line or line.startswith("|"):
+            out.append(line)
+            continue
+        indent = "  " if line.startswith("- ") else ""
+        out.append(
+            textwrap.fill(
+                line,
+                WIDTH,
+                subsequent_indent=indent,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(out)
+
 
 # --- reading the bundle ------------------------------------------------------------------------
 
@@ -65,7 +91,9 @@ def _source(b: Bundle, entry: str, link: str, recipes: Sequence[str] = ()) -> st
         return "*Not in the results bundle yet: `python -m figures.bundle refresh` makes it.*"
     e = m["entries"].get(entry, {})
     if entry == "full":
-        command = "; ".join(f"`{e[r]['command']}`" for r in recipes if r in e) or "-"
+        held = m.get("full_recipes", [])
+        command = "; ".join(f"`{e[r]['command']}`" for r in recipes if r in e and r in held)
+        command = command or "-"
     else:
         command = f"`{e.get('command', '-')}`"
     machine = m["machine"]
@@ -217,12 +245,18 @@ def _collapse_text(b: Bundle, recipe: str, task: str) -> str:
 def recipes_fig2_bottom(b: Bundle) -> str:
     if not _runs(b, "full", "fig2-bottom"):
         return _missing("fig2-bottom at full scale")
+    cube = bool(_runs(b, "full", "fig2-bottom-cube"))
     lines = [
-        "Measured (`grokbench run fig2-bottom`, `grokbench run fig2-bottom-cube`, 3 seeds x "
-        "2,000 steps). " + _collapse_text(b, "fig2-bottom", "a^2+b^2") + ".",
+        "Measured (`grokbench run fig2-bottom`"
+        + (", `grokbench run fig2-bottom-cube`" if cube else "")
+        + ", 3 seeds x 2,000 steps). "
+        + _collapse_text(b, "fig2-bottom", "a^2+b^2")
+        + "."
+        + (" " + _collapse_text(b, "fig2-bottom-cube", "a^3+b") + "." if cube else ""),
     ]
-    if _runs(b, "full", "fig2-bottom-cube"):
-        lines[0] += " " + _collapse_text(b, "fig2-bottom-cube", "a^3+b") + "."
+    if not cube:
+        lines.append("")
+        lines.append(_missing("fig2-bottom-cube at full scale"))
     lines += ["", _source(b, "full", "data/manifest.json", ["fig2-bottom", "fig2-bottom-cube"])]
     return "\n".join(lines)
 
@@ -448,7 +482,8 @@ def readme_headline(b: Bundle) -> str:
             + ", ".join(f"{c['standard_grad_zero_from']:.6g} ({d})" for d, c in cliffs.items())
             + " on (the first margins at or past p ln 2); the fixed one is 0 only from "
             + ", ".join(f"{c['fixed_grad_zero_from']:.6g}" for c in cliffs.values())
-            + ", where e^-m leaves the normal range ([numerics.md](docs/numerics.md))."
+            + ", where e^-m itself underflows (`grokbench cliffs`; "
+            "[numerics.md](docs/numerics.md))."
         )
     fixed = _runs(b, "full", "fig2-top", loss="fixed")
     std = _runs(b, "full", "fig2-top", loss="standard")
@@ -560,7 +595,7 @@ def readme_headline(b: Bundle) -> str:
     )
 
 
-BLOCKS: dict[str, Callable[[Bundle], str]] = {
+_BLOCKS: dict[str, Callable[[Bundle], str]] = {
     "readme-counts": readme_counts,
     "readme-headline": readme_headline,
     "figures-counts": figures_counts,
@@ -574,4 +609,7 @@ BLOCKS: dict[str, Callable[[Bundle], str]] = {
     "quant-report-rows": quant_report_rows,
     "benchmarks-ce": benchmarks_ce,
 }
-"""Every block a doc may hold, by name."""
+BLOCKS: dict[str, Callable[[Bundle], str]] = {
+    name: (lambda b, fn=fn: wrap(fn(b))) for name, fn in _BLOCKS.items()
+}
+"""Every block a doc may hold, by name: its renderer, wrapped to the docs' width."""
