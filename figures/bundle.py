@@ -27,6 +27,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -256,18 +257,15 @@ def load() -> dict[str, Any]:
 
 
 def blocks(text: str) -> list[tuple[str, int, int]]:
-    """The bundle blocks of a document: (name, start, end) of the text between the markers."""
+    """The bundle blocks of a document: (name, start, end) of the text between the markers,
+    each marker a line of its own (a marker quoted inside a sentence is not one)."""
     out = []
-    pos = 0
-    while (i := text.find("<!-- bundle:", pos)) >= 0:
-        name = text[i + len("<!-- bundle:") : text.index(" -->", i)]
-        start = text.index("\n", i) + 1
-        end_marker = _END.format(name)
-        end = text.find(end_marker, start)
+    for match in re.finditer(r"^<!-- bundle:([\w-]+) -->$", text, flags=re.M):
+        name, start = match.group(1), match.end() + 1
+        end = text.find("\n" + _END.format(name), match.end())
         if end < 0:
-            raise ValueError(f"bundle block {name!r} has no {end_marker}")
-        out.append((name, start, end))
-        pos = end + len(end_marker)
+            raise ValueError(f"bundle block {name!r} has no {_END.format(name)} line")
+        out.append((name, start, end + 1))
     return out
 
 
