@@ -71,9 +71,21 @@ def target_gradients(dtype, margins: np.ndarray, truth: bool = True) -> dict[str
             out[name] = np.asarray(grad).astype(np.float64)
     if truth:
         exact = np.stack([m.astype(np.float64), np.zeros(m.shape)], -1)
-        out["truth"] = oracle.cross_entropy_grad(exact, np.zeros(m.shape, int))[:, 0]
+        out["truth"] = _exact_grad(exact)[:, 0]
     out["m"] = m.astype(np.float64)
     return out
+
+
+def _exact_grad(logits: np.ndarray) -> np.ndarray:
+    """mpmath's cross-entropy gradient of float64 `logits` rows, target 0 (cached: the
+    report and its tests ask for the same rows more than once, and mpmath is the slow part)."""
+    return _exact_grad_cached(logits.tobytes(), logits.shape).copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _exact_grad_cached(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    logits = np.frombuffer(data, np.float64).reshape(shape)
+    return oracle.cross_entropy_grad(logits, np.zeros(shape[0], int))
 
 
 @functools.cache
@@ -352,7 +364,7 @@ def gradient_sums(dtype, margins: np.ndarray) -> dict[str, np.ndarray]:
             out[name] = g.sum(-1)
             out[f"{name}_abs"] = np.abs(g).sum(-1)
     exact = np.stack([z_t.astype(np.float64), np.zeros(z_t.shape), np.zeros(z_t.shape)], -1)
-    true = oracle.cross_entropy_grad(exact, np.zeros(z_t.shape, int))
+    true = _exact_grad(exact)
     out["truth"] = true[:, 1:].sum(-1)
     out["m"] = z_t.astype(np.float64) - np.log(2.0)
     return out
