@@ -33,6 +33,7 @@ __all__ = [
     "PRECISION_COLORS",
     "Context",
     "Run",
+    "margin_curves",
     "mark_cliffs",
     "new_figure",
     "save",
@@ -178,6 +179,21 @@ class Context:
         ]
         self._cache[recipe] = runs
         return runs
+
+
+def margin_curves(ax, runs: Sequence[Run], *, color, label: str | None = None, alpha=0.8) -> None:
+    """One thin line per run: its mean training margin against the step (`label` on the
+    first only, so a legend names the group once)."""
+    for i, run in enumerate(runs):
+        m = run.metrics
+        ax.plot(
+            m["step"],
+            m["margin_mean"],
+            color=color,
+            alpha=alpha,
+            linewidth=0.9,
+            label=label if i == 0 else None,
+        )
 
 
 def select(runs: Sequence[Run], **where: Any) -> list[Run]:

@@ -32,9 +32,12 @@ __all__ = [
     "Row",
     "claim_row",
     "finite",
+    "grok_rate",
     "mean_std",
+    "per_seed",
     "pm",
     "seeds",
+    "spikes_row",
 ]
 
 HOLDS, FAILS, NOT_TESTED = "holds", "fails", "not tested"
@@ -145,3 +148,63 @@ def seeds(runs: Sequence[Run]) -> str:
 def finite(x: float | None) -> bool:
     """A measured value that exists and is finite."""
     return x is not None and math.isfinite(x)
+
+
+def per_seed(runs: Sequence[Run], key: str) -> list | None:
+    """Each run's summary value `key`; None when there are no runs or any run lacks it."""
+    values = [r.summary.get(key) for r in runs]
+    return values if runs and all(v is not None for v in values) else None
+
+
+def spikes_row(
+    *,
+    claim: str,
+    source: str,
+    paper: str,
+    groups: Mapping[str, tuple[Sequence[Run], int, int | None]],
+    why: str,
+) -> Row:
+    """The spikes-per-seed row: for each group `label -> (runs, least, most)` every run has
+    between `least` and `most` spikes (`most` None: no upper bound). `not tested` when a group
+    has no runs or a run lacks its count. One group may have the empty label."""
+    counts = {label: per_seed(runs, "spikes") for label, (runs, _, _) in groups.items()}
+
+    def rule(least: int, most: int | None) -> str:
+        if most is None:
+            return f">= {least}"
+        return f"{least}" if least == most else f"{least}-{most}"
+
+    def named(label: str, text: str) -> str:
+        return f"{label}: {text}" if label else text
+
+    first = next(iter(groups.values()))[0]
+    return claim_row(
+        claim=claim,
+        source=source,
+        paper=paper,
+        ours=lambda: (
+            "spikes per seed "
+            + "; ".join(named(label, str(c)) for label, c in counts.items())
+            + f" ({seeds(first)})"
+        ),
+        tolerance="; ".join(
+            named(label, f"{rule(least, most)} on every seed")
+            for label, (_, least, most) in groups.items()
+        ),
+        ok=None
+        if any(c is None for c in counts.values())
+        else all(
+            least <= n and (most is None or n <= most)
+            for label, (_, least, most) in groups.items()
+            for n in counts[label]
+        ),
+        why=why,
+    )
+
+
+def grok_rate(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """The Clopper-Pearson (exact binomial) interval of a rate of k successes in n trials."""
+    from scipy import stats  # jax's own dependency; the exact interval, not a normal guess
+
+    interval = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(interval.low), float(interval.high)

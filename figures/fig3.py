@@ -88,10 +88,17 @@ def claims(evidence: Evidence) -> list[Row]:
     ]
     for name, dtype, _ in _DTYPES:
         s = normalized_steps(dtype, m)
-        zero = float(s["m"][np.argmax(s["standard"] == 0)])
-        first = float(dtype(zero))  # the grid is the dtype's: the first of its values at 0
+        coarse = float(s["m"][np.argmax(s["standard"] == 0)])  # the grid's first zero
+
+        def step(margins, dtype=dtype):
+            return normalized_steps(dtype, np.atleast_1d(margins))["standard"]
+
+        # The exact first zero among the dtype's values up to the grid's (the grid steps
+        # 0.001 apart, coarser than fp32's spacing there): cliff_row evaluates it and the
+        # value just below it.
+        first = numerics.first_zero(lambda v, step=step: step(v)[0], 0.0, coarse, dtype)
         claim = f"standard CE's normalized step drops to 0 at the cliff ({name}, eps 1e-8)"
-        rows.append(cliff_row(claim, CLIFFS[name], dtype, first, "step"))
+        rows.append(cliff_row(claim, CLIFFS[name], dtype, first, "step", step))
     return rows
 
 

@@ -100,7 +100,9 @@ def claims(evidence: Evidence) -> list[Row]:
                 why=why
                 if not std32
                 else f"premise not met: no run's margins reached c32 in {std32[0].config.steps} "
-                "steps",
+                "steps (this premise was added after the quick results it turned from fails into "
+                "not tested; it is the claim's own 'once it hits c32': a run that never gets "
+                "there cannot spike there)",
             ),
             claim_row(
                 claim=f"{title}: fp32 fixed CE reaches 100 % test accuracy",

@@ -91,12 +91,13 @@ def draw(ctx: Context) -> list:
 
 
 def _n_grokked(runs) -> int:
-    """How many of `runs` are at >= 99 % test accuracy at their last evaluation."""
-    return sum(r.summary["test_accuracy"] >= progress.GROK_ACC for r in runs)
+    """How many of `runs` reached >= 99 % test accuracy at some evaluation within their steps
+    (the summary's `grok_step`: the claim says 'within 10,000 steps', not 'at the end')."""
+    return sum(r.summary.get("grok_step") is not None for r in runs)
 
 
 def _grokked(runs) -> str:
-    """'k/n' runs at >= 99 % test accuracy at their last evaluation."""
+    """'k/n' runs that reached >= 99 % test accuracy within their steps."""
     return f"{_n_grokked(runs)}/{len(runs)}"
 
 
@@ -113,9 +114,10 @@ def claims(evidence: Evidence) -> list[Row]:
             same = [r for r in no_wd if r.config.orthograd == flag]
             counts = (f"{loss} {_grokked(select(same, loss=loss))}" for loss in paper.ORTHO_LOSSES)
             rows.append(f"{'with' if flag else 'without'} ⊥Grad: {', '.join(counts)}")
-        return f"grokked at lambda 0 ({seeds(tested)}): " + "; ".join(rows)
+        return f"reached >= 99 % test at lambda 0 ({seeds(tested)}): " + "; ".join(rows)
 
-    fraction = _n_grokked(tested) / len(tested) if tested else None
+    measured = tested and all("grok_step" in r.summary for r in tested)
+    fraction = _n_grokked(tested) / len(tested) if measured else None
     return [
         claim_row(
             claim="⊥Grad groks without weight decay (a+b mod 31, standard CE, AdamW lambda 0)",

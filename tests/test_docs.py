@@ -111,3 +111,41 @@ def _python_blocks(page: pathlib.Path) -> list[str]:
 )
 def test_python_examples_run(page, index):
     exec(compile(_python_blocks(page)[index], f"{page.name}[{index}]", "exec"), {})
+
+
+# --- the numbers the docs quote come from the results bundle (docs/data) ----------------------
+
+
+def test_docs_agree_with_the_results_bundle():
+    """Every bundle block of the README and docs/ is what `python -m figures.bundle render`
+    makes of docs/data: a number edited by hand, or a bundle refreshed without rendering,
+    fails here (`python -m figures.bundle refresh` remakes both)."""
+    from figures import bundle
+
+    assert bundle.load()["quick"] is not None, "no results bundle in docs/data"
+    assert bundle.check() == []
+
+
+def test_a_number_changed_in_a_bundle_block_fails_the_check(tmp_path):
+    from figures import bundle
+
+    readme = (ROOT / "README.md").read_text()
+    (name, start, end), *_ = bundle.blocks(readme)
+    block = readme[start:end]
+    digit = re.search(r"\d", block)
+    assert digit, f"no number in the README's {name} block"
+    i = start + digit.start()
+    changed = readme[:i] + str((int(readme[i]) + 1) % 10) + readme[i + 1 :]
+    page = tmp_path / "README.md"
+    page.write_text(changed)
+    assert bundle.check([page]) == [f"{page}: {name}"]
+    page.write_text(readme)
+    assert bundle.check([page]) == []
+
+
+def test_bundle_blocks_are_known_and_closed():
+    from figures import bundle, bundle_docs
+
+    for page in PAGES:
+        for name, _, _ in bundle.blocks(page.read_text()):
+            assert name in bundle_docs.BLOCKS, f"{page.name}: unknown bundle block {name!r}"

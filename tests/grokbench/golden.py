@@ -139,9 +139,7 @@ def _kl_case() -> Golden:
 
 CASES: dict[str, Callable[[], Golden]] = {
     "fixed": lambda: _engine_case(TINY, _STEP_METRICS),
-    "standard": lambda: _engine_case(
-        dataclasses.replace(TINY, loss="standard"), _STEP_METRICS
-    ),
+    "standard": lambda: _engine_case(dataclasses.replace(TINY, loss="standard"), _STEP_METRICS),
     # The reference config itself (fig2-top, Table 1: p = 31, width 64).
     "reference": lambda: _engine_case(config.RunConfig(steps=3, eval_every=3), _STEP_METRICS),
     "wide": lambda: _engine_case(WIDE, ("train_loss", "adam_step")),
@@ -178,8 +176,10 @@ def mismatches(name: str, got: Golden, record: dict, fingerprint: str | None = N
     if fingerprint in machines:
         want = machines[fingerprint]["values"].get(name)
         if want != got.values:
-            out.append(f"{name}: numbers changed on this recorded machine: {bump}\n"
-                       f"  got  {got.values}\n  want {want}")
+            out.append(
+                f"{name}: numbers changed on this recorded machine: {bump}\n"
+                f"  got  {got.values}\n  want {want}"
+            )
         return out
     rtol = tolerance(name, record)
     for machine in machines.values():
