@@ -13,9 +13,10 @@ from typing import Any
 
 from grokbench.config import ConfigError, check_field_types, require
 from numerics import clipped_softmax_gamma
-from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
+from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, SYNTHETIC_CORPORA, QuantModelConfig
 
 __all__ = [
+    "ADDED_FIELDS",
     "BERT_GAMMA",
     "BIT_CONFIGS",
     "QUANT_VERSION",
@@ -30,6 +31,12 @@ QUANT_VERSION = 7
 6: the float32 `numerics.cross_entropy` layout of CONFIG_VERSION 5 (last bits). 7: the LM
 head trains through `numerics.linear_cross_entropy` (last bits: the golden quant case's
 parameter norm after 2 steps moved by 7e-13)."""
+
+ADDED_FIELDS: tuple[str, ...] = ("bos_noise", "corpus_chars")
+"""Fields added to `QuantConfig` after `QUANT_VERSION` 7, as `grokbench.config.ADDED_FIELDS` is
+for `RunConfig`: while at their default they are left out of `train_dict` and the hashes, so
+adding a field does not orphan the records already stored. A new field goes here, with a
+default that reproduces the old behaviour."""
 
 VARIANTS: dict[str, tuple[str, str]] = {
     "vanilla": ("softmax", "none"),
@@ -131,6 +138,9 @@ class QuantConfig:
     # Data.
     corpus: str = "bigram_backcopy"  # a SYNTHETIC_CORPORA name, 'pydoc', or a UTF-8 file path
     level: str = "char"  # 'char' or 'byte' tokens
+    corpus_chars: int | None = None  # length of a generated corpus; None -> 400,000 (the probes')
+    # A diagnostic: position 0 ([BOS]/[CLS]) embeds a fresh Gaussian per sequence.
+    bos_noise: float = 0.0  # its std in units of the token table's RMS; 0 -> the learned token
     # Training (AdamW, warmup then linear decay, gradient clipping: BERT/OPT).
     batch_size: int = 32  # sequences per step
     steps: int = 2000  # six runs in ~20 minutes on 2 shared cores
@@ -181,6 +191,15 @@ class QuantConfig:
             f"weight_decay must be >= 0, got {self.weight_decay}",
         )
         require(self.clip_norm > 0, f"clip_norm must be > 0, got {self.clip_norm}")
+        require(self.bos_noise >= 0, f"bos_noise must be >= 0, got {self.bos_noise}")
+        require(
+            self.corpus_chars is None or self.corpus in SYNTHETIC_CORPORA,
+            f"corpus_chars sets the length of a generated corpus only, not {self.corpus!r}",
+        )
+        require(
+            self.corpus_chars is None or self.corpus_chars >= 1,
+            f"corpus_chars must be >= 1, got {self.corpus_chars}",
+        )
         require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         require(
             self.warmup_steps is None or 0 <= self.warmup_steps <= self.steps,
@@ -251,7 +270,12 @@ class QuantConfig:
         """The fields that decide the trained parameters, defaults resolved (so a default and
         the same value written out share one record): gamma carries alpha; the clipping
         fields are None for softmax, pi_init without a gate."""
-        out = {k: v for k, v in self.to_dict().items() if k not in _EVAL_FIELDS}
+        defaults = {f.name: f.default for f in dataclasses.fields(QuantConfig)}
+        out = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in _EVAL_FIELDS and not (k in ADDED_FIELDS and v == defaults[k])
+        }
         for name in ("b2", "weight_decay", "warmup_steps", "ln_weight_decay", "pi_init"):
             out[name] = self.resolved(name)
         out["alpha"] = None

@@ -141,13 +141,15 @@ def _row(summary: dict, train_summary: dict, cfg: QuantConfig, axes: Sequence[st
 def _trained(configs: Sequence[QuantConfig], store: Store, progress: bool):
     """(cfg, corpus, params, train summary) per config, trained or loaded from `store`; each
     corpus is built once, and a bad corpus or a sequence longer than it is a `ConfigError`."""
-    corpora: dict[tuple[str, str], Any] = {}
+    corpora: dict[tuple, Any] = {}
     for cfg in configs:
-        key = (cfg.corpus, cfg.level)
+        key = (cfg.corpus, cfg.level, cfg.corpus_chars)
         if key not in corpora:
             try:
                 corpora[key] = build_corpus(
-                    None if cfg.corpus == "pydoc" else cfg.corpus, cfg.level
+                    None if cfg.corpus == "pydoc" else cfg.corpus,
+                    cfg.level,
+                    n_chars=cfg.corpus_chars,
                 )
             except ValueError as err:
                 raise ConfigError(str(err)) from None
