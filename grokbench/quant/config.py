@@ -13,7 +13,12 @@ from typing import Any
 
 from grokbench.config import ConfigError, check_field_types, require
 from numerics import clipped_softmax_gamma
-from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, SYNTHETIC_CORPORA, QuantModelConfig
+from tasks.quant import (
+    PYDOC_CHAR_VOCAB_SIZE,
+    SYNTHETIC_CHARS,
+    SYNTHETIC_CORPORA,
+    QuantModelConfig,
+)
 
 __all__ = [
     "ADDED_FIELDS",
@@ -271,9 +276,12 @@ class QuantConfig:
         the same value written out share one record): gamma carries alpha; the clipping
         fields are None for softmax, pi_init without a gate."""
         defaults = {f.name: f.default for f in dataclasses.fields(QuantConfig)}
+        given = self.to_dict()
+        if given["corpus_chars"] == SYNTHETIC_CHARS:
+            given["corpus_chars"] = None  # the default length written out: the same text
         out = {
             k: v
-            for k, v in self.to_dict().items()
+            for k, v in given.items()
             if k not in _EVAL_FIELDS and not (k in ADDED_FIELDS and v == defaults[k])
         }
         for name in ("b2", "weight_decay", "warmup_steps", "ln_weight_decay", "pi_init"):

@@ -36,9 +36,18 @@ from tasks.quant import (
     stack_batches,
 )
 
-__all__ = ["add_bos_noise", "load_params", "program_text", "train", "train_batches"]
+__all__ = [
+    "CHUNK",
+    "add_bos_noise",
+    "load_params",
+    "program_text",
+    "time_steps",
+    "train",
+    "train_batches",
+]
 
-_CHUNK = 100  # steps per compiled call: progress updates every few seconds, compile once
+CHUNK = 100
+"""Steps per compiled call: progress updates every few seconds, one compile per architecture."""
 
 
 def _schedule(peak_lr: jax.Array, warmup: jax.Array, total: jax.Array, decay: jax.Array):
@@ -184,7 +193,7 @@ def program_text(cfg: QuantConfig, corpus: Corpus) -> str:
     params, init_opt, chunk, hp = _setup(cfg, corpus)
     opt_state = jax.eval_shape(init_opt, params, hp)
     rng, noise_rng = np.random.default_rng([cfg.seed, 1]), np.random.default_rng([cfg.seed, 2])
-    batches = stack_batches(train_batches(cfg, corpus, rng, min(_CHUNK, cfg.steps), noise_rng))
+    batches = stack_batches(train_batches(cfg, corpus, rng, min(CHUNK, cfg.steps), noise_rng))
     return "\n".join(
         (
             init.lower(jax.random.key(cfg.seed)).as_text(),
@@ -192,6 +201,24 @@ def program_text(cfg: QuantConfig, corpus: Corpus) -> str:
             chunk.lower(params, opt_state, batches, hp).as_text(),
         )
     )
+
+
+def time_steps(cfg: QuantConfig, corpus: Corpus) -> dict[str, float]:
+    """How long `cfg`'s training takes here, without storing anything: {"first_chunk_s": the
+    first `CHUNK` steps with their compile, "step_s": seconds per step over the next `CHUNK`}.
+
+    The programs are `train`'s (cached per architecture, the step count an array), so a
+    `train` of any length that follows compiles nothing new."""
+    params, init_opt, chunk, hp = _setup(cfg, corpus)
+    opt_state = init_opt(params, hp)
+    rng, noise_rng = np.random.default_rng([cfg.seed, 1]), np.random.default_rng([cfg.seed, 2])
+    seconds = []
+    for _ in range(2):
+        batches = stack_batches(train_batches(cfg, corpus, rng, CHUNK, noise_rng))
+        start = time.perf_counter()
+        params, opt_state, _ = jax.block_until_ready(chunk(params, opt_state, batches, hp))
+        seconds.append(time.perf_counter() - start)
+    return {"first_chunk_s": seconds[0], "step_s": seconds[1] / CHUNK}
 
 
 def train(
@@ -212,7 +239,7 @@ def train(
     ) as bar:
         done = 0
         while done < cfg.steps:
-            n = min(_CHUNK, cfg.steps - done)
+            n = min(CHUNK, cfg.steps - done)
             batches = stack_batches(train_batches(cfg, corpus, rng, n, noise_rng))
             params, opt_state, chunk_losses = chunk(params, opt_state, batches, hp)
             losses.append(np.asarray(chunk_losses))
