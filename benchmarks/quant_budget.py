@@ -52,7 +52,7 @@ SIZE: dict[str, object] = {
     "batch_size": 64,  # 16,384 tokens a step, as the older GPU recipe's 128 x 128
     "lr": 1e-3,  # between the CPU recipe's 3e-3 x 64/256 and OPT-125m's 6e-4 x 768/256
     "decay_lr": False,  # constant after the warmup: the step count is not known in advance
-    "corpus_chars": 16_000_000,  # ~33M bits of text against ~10M a 4.8M-parameter model holds
+    "corpus_chars": 16_000_000,  # ~36M bits of text against the ~10M 4.8M parameters can hold
     "bits": "W8A8,W6A6",
 }
 """The ten-minute recipe's settings (their reasons: docs/quant.md, "The ten-minute GPU recipe").
