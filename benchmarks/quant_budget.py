@@ -101,9 +101,9 @@ class Plan:
         return self.budget_s * (1 - self.margin) - (time.perf_counter() - self.start)
 
     def steps(self, n_models: int, step_s: float, reserve_s: float, cap: int | None) -> int:
-        """The most steps (a multiple of CHUNK) that `n_models` can each train in what is left,
-        each with `reserve_s` for its compile and evaluation; 0 if not even one chunk fits."""
-        per_model = self.left() / n_models - reserve_s
+        """The most steps (a multiple of CHUNK) that `n_models` can each train in what is left
+        after `reserve_s` (their compiles and evaluations); 0 if not even one chunk fits."""
+        per_model = (self.left() - reserve_s) / n_models
         steps = int(max(per_model, 0) / step_s) // CHUNK * CHUNK
         return min(steps, cap) if cap else steps
 
@@ -115,9 +115,9 @@ def _family_configs(family: str, user: dict, steps: int) -> list[QuantConfig]:
 
 def _run_family(
     family: str, user: dict, plan: Plan, args: argparse.Namespace, min_steps: int
-) -> tuple[int, float, float]:
+) -> tuple[int, float, float, float]:
     """Time, plan, train and evaluate one family's pair: (its step count, 0 when skipped;
-    seconds per step; seconds reserved per model for its compile and evaluation)."""
+    seconds per step, per compile and per evaluation)."""
     first = _family_configs(family, user, CHUNK)[0]
     corpus_t0 = time.perf_counter()
     corpus = corpus_of(first)
@@ -133,21 +133,25 @@ def _run_family(
     timing = time_steps(first, corpus)
     step_s, compile_s = timing["step_s"], max(timing["first_chunk_s"] - CHUNK * timing["step_s"], 0)
     # Evaluation: its probe compiles about as long as training's chunk did, and a probe pass
-    # costs at most a training step (a forward is about a third of one).
-    reserve_s = compile_s + _eval_passes(first) * step_s
+    # costs at most a training step (a forward is about a third of one). The first model's
+    # training program is compiled already; every other model compiles its own, and each
+    # model compiles its probe.
+    eval_s = _eval_passes(first) * step_s
+    n = len(PAIRS[family])
+    reserve_s = (2 * n - 1) * compile_s + n * eval_s
     print(
         f"   timing: 100 steps with the compile {timing['first_chunk_s']:.1f} s, then "
         f"{1e3 * step_s:.3g} ms per step ({flops / step_s / 1e12:.3g} TFLOP/s); "
-        f"reserve per model {reserve_s:.0f} s (compile {compile_s:.0f} s, "
-        f"evaluation ~{_eval_passes(first)} passes)"
+        f"reserved {reserve_s:.0f} s for {2 * n - 1} compiles of ~{compile_s:.0f} s and "
+        f"{n} evaluations of ~{_eval_passes(first)} passes"
     )
-    steps = plan.steps(len(PAIRS[family]), step_s, reserve_s, args.max_steps)
+    steps = plan.steps(n, step_s, reserve_s, args.max_steps)
     if steps < min_steps:
         print(
             f"   skipped: {plan.left():.0f} s left fit {steps} steps per model, "
             f"fewer than {min_steps}"
         )
-        return 0, step_s, reserve_s
+        return 0, step_s, compile_s, eval_s
     tokens = steps * first.batch_size * first.seq_len
     print(
         f"   plan: {', '.join(PAIRS[family])}, {steps:,} steps each: ~{steps * step_s:.0f} s "
@@ -157,7 +161,7 @@ def _run_family(
     out = pathlib.Path(args.out) / family
     for k in range(1, len(PAIRS[family]) + 1):
         variants = PAIRS[family][:k]
-        if k > 1 and plan.left() < steps * step_s + reserve_s:
+        if k > 1 and plan.left() < steps * step_s + 2 * compile_s + eval_s:
             print(f"   {variants[-1]}: skipped, {plan.left():.0f} s left")
             break
         t0 = time.perf_counter()
@@ -174,7 +178,7 @@ def _run_family(
             f"in all, {plan.left():.0f} s left"
         )
         pack_quant(pathlib.Path(args.results), pathlib.Path(args.out))
-    return steps, step_s, reserve_s
+    return steps, step_s, compile_s, eval_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,10 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         f"sizes {json.dumps({**SIZE, **user})}"
     )
     done = {}
-    done["decoder"], step_s, reserve_s = _run_family("decoder", user, plan, args, CHUNK)
+    done["decoder"], step_s, compile_s, eval_s = _run_family("decoder", user, plan, args, CHUNK)
     # The encoder's own timing costs a compile: pay it only if, at the decoder's speed, its
-    # pair could get `--encoder-min-steps` each.
-    need = len(PAIRS["encoder"]) * (args.encoder_min_steps * step_s + reserve_s)
+    # pair could get `--encoder-min-steps` each (two models: two trainings and two probes).
+    n = len(PAIRS["encoder"])
+    need = n * (args.encoder_min_steps * step_s + eval_s) + 2 * n * compile_s
     if done["decoder"] and plan.left() >= need:
         done["encoder"] = _run_family("encoder", user, plan, args, args.encoder_min_steps)[0]
     else:

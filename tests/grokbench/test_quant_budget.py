@@ -35,8 +35,12 @@ TINY = [
 
 
 def _script(tmp_path, budget_s, *args):
+    # XLA's cheapest compile: this tests the script, not its speed, and nearly all of its
+    # time at this size is compiling (half of it with these flags; the same perplexities).
+    fast = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     env = {
         **os.environ,
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {fast}".strip(),
         "OUT": str(tmp_path / "out"),
         "GROKBENCH_RESULTS": str(tmp_path / "store"),
         "BUDGET_S": str(budget_s),
@@ -100,9 +104,9 @@ def test_train_flops_match_xla_within_the_elementwise_share(family):
 def test_plan_fits_the_steps_to_what_is_left():
     plan = quant_budget.Plan(budget_s=100.5, margin=0.0)  # 0.5 s for the clock to run
     plan.start -= 20.0  # 80 s left
-    # Two models, 10 s reserved each: 30 s of training each at 0.01 s a step.
-    assert plan.steps(2, 0.01, 10.0, None) == 3000
-    assert plan.steps(2, 0.01, 10.0, 1000) == 1000  # the cap
-    assert plan.steps(2, 0.7, 10.0, None) == 0  # not one chunk of 100 fits
+    # Two models, 20 s reserved: 30 s of training each at 0.01 s a step.
+    assert plan.steps(2, 0.01, 20.0, None) == 3000
+    assert plan.steps(2, 0.01, 20.0, 1000) == 1000  # the cap
+    assert plan.steps(2, 0.7, 20.0, None) == 0  # not one chunk of 100 fits
     half = quant_budget.Plan(budget_s=101.0, margin=0.5)  # 50 s usable
     assert half.steps(1, 0.01, 0.0, None) == 5000
