@@ -145,7 +145,7 @@ class QuantConfig:
     level: str = "char"  # 'char' or 'byte' tokens
     corpus_chars: int | None = None  # length of a generated corpus; None -> 400,000 (the probes')
     # A diagnostic: position 0 ([BOS]/[CLS]) embeds a fresh Gaussian per sequence.
-    bos_noise: float = 0.0  # its std in units of the token table's RMS; 0 -> the learned token
+    bos_noise: float = 0.0  # position 0 embeds N(0, 1) x this x the token table's RMS; 0: off
     # Training (AdamW, warmup then linear decay, gradient clipping: BERT/OPT).
     batch_size: int = 32  # sequences per step
     steps: int = 2000  # six runs in ~20 minutes on 2 shared cores
