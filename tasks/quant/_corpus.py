@@ -95,7 +95,7 @@ SENTENCE_LETTERS = (8, 12)
 
 
 def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTHETIC_SEED) -> str:
-    """A generated corpus over the 26 letters a-z, the same for the same arguments.
+    """A generated corpus over the 26 letters a-z (and '.'), the same for the same arguments.
 
     A bigram chain whose transition rows are Dirichlet(0.2) draws (a few likely successors
     per letter) is followed (uniform letters for 'uniform_backcopy'), except right after a
@@ -111,8 +111,9 @@ def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTH
     - 'uniform_backcopy': the back-copy over independent uniform letters. A masked letter
       (MLM) is then predictable only next to a trigger, so an encoder's heads, which on the
       bigram chain always read the neighbours, have nothing to do on most positions too.
-    - 'delimited_backcopy': sentences of 8 to 12 letters, each ended by '.', the same chain
-      and back-copy inside a sentence, and a new sentence starting from a uniform letter
+    - 'delimited_backcopy': sentences of 8 to 12 letters, each ended by '.', a chain of the
+      same kind (its own draw of the rows) and the back-copy inside a sentence, and a new
+      sentence starting from a uniform letter
       (nothing crosses a '.'). The '.' is a delimiter whose hidden state depends on its
       neighbours, as '.' and [SEP] do in the paper's BERT data, not a constant at position 0
       (`_delimited_text`; n_chars counts the '.'s too).
