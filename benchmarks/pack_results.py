@@ -1,6 +1,6 @@
 """Pack a results store into a few size-capped archives, for copying runs between machines.
 
-    python benchmarks/pack_results.py STORE OUT [--cap-mb 15] [--total-mb 60]
+    python benchmarks/pack_results.py STORE OUT [--cap-mb 15] [--total-mb 60] [--quant]
 
 Writes OUT/summaries.tar.xz (every finished run's config.json and summary.json: small, and
 all a table or a note needs), then one OUT/runs-GROUP.tar.xz per recipe group with whole
@@ -8,6 +8,10 @@ run directories (metric curves included), in priority order, keeping each archiv
 --cap-mb and all of them under --total-mb; a group that does not fit is reported and left
 out. Unpack with `tar -xJf ARCHIVE -C STORE_PARENT`: the runs land in the store layout
 (`runs/HASH/...`), where `grokbench run` and `grokbench figures` find them as cached.
+
+`--quant` packs the quantization lab's records instead (`pack_quant`): OUT/quant_records.tar.xz
+with every record but the trained parameters, then one OUT/quant_params-HASH.tar.xz per
+trained model while under the caps.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _xz(files: list[tuple[pathlib.Path, str]]) -> bytes:
+def _xz(files: list[tuple[pathlib.Path, str]], preset: int = 6) -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz", preset=6) as tar:
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=preset) as tar:
         for path, name in files:
             tar.add(path, arcname=name)
     return buf.getvalue()
@@ -46,7 +50,11 @@ def main() -> int:
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--cap-mb", type=float, default=15.0)
     parser.add_argument("--total-mb", type=float, default=60.0)
+    parser.add_argument("--quant", action="store_true", help="the quant lab's records")
     args = parser.parse_args()
+    if args.quant:
+        pack_quant(args.store, args.out, args.cap_mb, args.total_mb)
+        return 0
     store = Store(args.store)
     top = args.store.name
     args.out.mkdir(parents=True, exist_ok=True)
@@ -72,6 +80,52 @@ def main() -> int:
             continue
         used = _write(args, top, group, dirs, used)
     return 0
+
+
+def pack_quant(
+    store: pathlib.Path, out: pathlib.Path, cap_mb: float = 15.0, total_mb: float = 60.0
+) -> None:
+    """The quant lab's records of `store` (ROOT/quant/{train,eval}/HASH) into `out`:
+    quant_records.tar.xz (every finished record's files but params.npz: configs, summaries,
+    loss curves, the evaluations' arrays), then quant_params-HASH.tar.xz per trained model,
+    newest first, each under `cap_mb` and all under `total_mb`. The records' archive is
+    rewritten on every call and a model's parameters packed once, so a script can call it
+    after each model and keep what finished."""
+    store, out = pathlib.Path(store), pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    top = store.name
+    finished = sorted(p.parent for p in (store / "quant").glob("*/*/summary.json"))
+    files = [
+        (f, f"{top}/{f.relative_to(store)}")
+        for d in finished
+        for f in sorted(d.iterdir())
+        if f.name != "params.npz" and not f.name.startswith(".")
+    ]
+    data = _xz(files)
+    _atomic_bytes(out / "quant_records.tar.xz", data)
+    used = len(data)
+    print(f"quant_records.tar.xz: {len(finished)} records, {len(data) / 1e6:.2f} MB")
+    trained = [d for d in finished if (d / "params.npz").is_file()]
+    for d in sorted(trained, key=lambda d: -(d / "summary.json").stat().st_mtime):
+        name = f"quant_params-{d.name}.tar.xz"
+        if (out / name).is_file():  # a finished model's parameters never change
+            used += (out / name).stat().st_size
+            continue
+        # float32 parameters hardly compress: the fastest preset, seconds not minutes.
+        data = _xz([(d / "params.npz", f"{top}/{(d / 'params.npz').relative_to(store)}")], 0)
+        if len(data) > cap_mb * 1e6 or used + len(data) > total_mb * 1e6:
+            print(f"{name}: {len(data) / 1e6:.1f} MB: over the cap, left out")
+            continue
+        _atomic_bytes(out / name, data)
+        used += len(data)
+        print(f"{name}: {len(data) / 1e6:.1f} MB")
+
+
+def _atomic_bytes(path: pathlib.Path, data: bytes) -> None:
+    """Write through a temporary file, so a kill mid-write leaves the previous archive."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def _write(args: argparse.Namespace, top: str, name: str, dirs: list, used: int) -> int:

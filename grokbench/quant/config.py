@@ -12,9 +12,15 @@ from typing import Any
 from grokbench.config import ConfigError, check_field_types, require
 from grokbench.versions import QUANT_VERSION, stable_hash
 from numerics import clipped_softmax_gamma
-from tasks.quant import PYDOC_CHAR_VOCAB_SIZE, QuantModelConfig
+from tasks.quant import (
+    PYDOC_CHAR_VOCAB_SIZE,
+    SYNTHETIC_CHARS,
+    SYNTHETIC_CORPORA,
+    QuantModelConfig,
+)
 
 __all__ = [
+    "ADDED_FIELDS",
     "BERT_GAMMA",
     "BIT_CONFIGS",
     "VARIANTS",
@@ -22,6 +28,12 @@ __all__ = [
     "parse_bit_list",
     "parse_bits",
 ]
+
+ADDED_FIELDS: tuple[str, ...] = ("bos_noise", "corpus_chars")
+"""Fields added to `QuantConfig` after `QUANT_VERSION` 7, as `grokbench.config.ADDED_FIELDS` is
+for `RunConfig`: while at their default they are left out of `train_dict` and the hashes, so
+adding a field does not orphan the records already stored. A new field goes here, with a
+default that reproduces the old behaviour."""
 
 VARIANTS: dict[str, tuple[str, str]] = {
     "vanilla": ("softmax", "none"),
@@ -123,6 +135,9 @@ class QuantConfig:
     # Data.
     corpus: str = "bigram_backcopy"  # a SYNTHETIC_CORPORA name, 'pydoc', or a UTF-8 file path
     level: str = "char"  # 'char' or 'byte' tokens
+    corpus_chars: int | None = None  # length of a generated corpus; None -> 400,000 (the probes')
+    # A diagnostic: position 0 ([BOS]/[CLS]) embeds a fresh Gaussian per sequence.
+    bos_noise: float = 0.0  # position 0 embeds N(0, 1) x this x the token table's RMS; 0: off
     # Training (AdamW, warmup then linear decay, gradient clipping: BERT/OPT).
     batch_size: int = 32  # sequences per step
     steps: int = 2000  # six runs in ~20 minutes on 2 shared cores
@@ -173,6 +188,15 @@ class QuantConfig:
             f"weight_decay must be >= 0, got {self.weight_decay}",
         )
         require(self.clip_norm > 0, f"clip_norm must be > 0, got {self.clip_norm}")
+        require(self.bos_noise >= 0, f"bos_noise must be >= 0, got {self.bos_noise}")
+        require(
+            self.corpus_chars is None or self.corpus in SYNTHETIC_CORPORA,
+            f"corpus_chars sets the length of a generated corpus only, not {self.corpus!r}",
+        )
+        require(
+            self.corpus_chars is None or self.corpus_chars >= 1,
+            f"corpus_chars must be >= 1, got {self.corpus_chars}",
+        )
         require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         require(
             self.warmup_steps is None or 0 <= self.warmup_steps <= self.steps,
@@ -243,7 +267,15 @@ class QuantConfig:
         """The fields that decide the trained parameters, defaults resolved (so a default and
         the same value written out share one record): gamma carries alpha; the clipping
         fields are None for softmax, pi_init without a gate."""
-        out = {k: v for k, v in self.to_dict().items() if k not in _EVAL_FIELDS}
+        defaults = {f.name: f.default for f in dataclasses.fields(QuantConfig)}
+        given = self.to_dict()
+        if given["corpus_chars"] == SYNTHETIC_CHARS:
+            given["corpus_chars"] = None  # the default length written out: the same text
+        out = {
+            k: v
+            for k, v in given.items()
+            if k not in _EVAL_FIELDS and not (k in ADDED_FIELDS and v == defaults[k])
+        }
         for name in ("b2", "weight_decay", "warmup_steps", "ln_weight_decay", "pi_init"):
             out[name] = self.resolved(name)
         out["alpha"] = None

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grokbench.quant.config import QuantConfig, parse_bit_list, parse_bits
-from grokbench.quant.train import train_batches
+from grokbench.quant.train import add_bos_noise, train_batches
 from grokbench.store import Store
 from tasks.quant import (
     Corpus,
@@ -207,6 +207,10 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
         "inf_norm_first_position_by_tensor": {n: float(np.mean(v)) for n, v in first.items()},
         "inf_norm_other_positions_by_tensor": {n: float(np.mean(v)) for n, v in rest.items()},
         "special_attention_by_layer": [float(x) for x in special_attn.mean(axis=1)],
+        # Each layer's mean head mass on delimiters and special tokens (the sink when it is
+        # a delimiter, as '.' and [SEP] in BERT) and its largest head's.
+        "delimiter_attention_by_layer": [float(x) for x in delim_attn.mean(axis=1)],
+        "max_head_delimiter_attention_by_layer": [float(x) for x in delim_attn.max(axis=1)],
         "kurtosis_by_tensor": kurt_avg,
         "outliers_per_token_position": float(total_out.sum() / tokens.sum()),
         "outlier_share_on_delimiters": [
@@ -250,13 +254,17 @@ def _runner_and_batches(cfg: QuantConfig, corpus: Corpus) -> tuple[_Runner, list
         corpus.vocab_size,
         _EVAL_SEED,
     )
-    return runner, val
+    return runner, add_bos_noise(cfg, val, np.random.default_rng([_EVAL_SEED, 2]))
 
 
 def _calibration_batches(cfg: QuantConfig, corpus: Corpus, subset: int) -> list[dict]:
     """Calibration subset `subset`: `calib_batches` training batches from its own stream."""
     return train_batches(
-        cfg, corpus, np.random.default_rng([cfg.seed, 100 + subset]), cfg.calib_batches
+        cfg,
+        corpus,
+        np.random.default_rng([cfg.seed, 100 + subset]),
+        cfg.calib_batches,
+        np.random.default_rng([cfg.seed, 200 + subset]),
     )
 
 

@@ -12,6 +12,7 @@ OUT/quant_table.md (the paper's Table 2 layout, plus the low-bit columns of its 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import time
 from collections.abc import Mapping, Sequence
@@ -25,9 +26,10 @@ from grokbench.quant.train import train
 from grokbench.recipes import Recipe, expand
 from grokbench.store import Store, atomic_write_bytes, atomic_write_json
 from grokbench.tables import fmt
-from tasks.quant import build_corpus
+from tasks.quant import SYNTHETIC_CORPORA, Corpus, build_corpus
 
 __all__ = [
+    "corpus_of",
     "format_markdown",
     "format_tap_costs",
     "parse_quant_overrides",
@@ -138,20 +140,31 @@ def _row(summary: dict, train_summary: dict, cfg: QuantConfig, axes: Sequence[st
     }
 
 
+def corpus_of(cfg: QuantConfig) -> Corpus:
+    """`cfg`'s corpus; a bad one is a `ConfigError`. A generated corpus or CPython's docs is
+    built once per process (the GPU scripts' 16M letters take seconds), a file every time."""
+    if cfg.corpus in (*SYNTHETIC_CORPORA, "pydoc"):
+        return _fixed_corpus(cfg.corpus, cfg.level, cfg.corpus_chars)
+    return _build(cfg.corpus, cfg.level, None)
+
+
+@functools.lru_cache(maxsize=4)
+def _fixed_corpus(name: str, level: str, n_chars: int | None) -> Corpus:
+    return _build(name, level, n_chars)
+
+
+def _build(name: str, level: str, n_chars: int | None) -> Corpus:
+    try:
+        return build_corpus(None if name == "pydoc" else name, level, n_chars=n_chars)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _trained(configs: Sequence[QuantConfig], store: Store, progress: bool):
     """(cfg, corpus, params, train summary) per config, trained or loaded from `store`; each
     corpus is built once, and a bad corpus or a sequence longer than it is a `ConfigError`."""
-    corpora: dict[tuple[str, str], Any] = {}
     for cfg in configs:
-        key = (cfg.corpus, cfg.level)
-        if key not in corpora:
-            try:
-                corpora[key] = build_corpus(
-                    None if cfg.corpus == "pydoc" else cfg.corpus, cfg.level
-                )
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-        corpus = corpora[key]
+        corpus = corpus_of(cfg)
         shortest = min(len(corpus.train_ids), len(corpus.val_ids))
         require(
             cfg.seq_len <= shortest,

@@ -36,9 +36,18 @@ from tasks.quant import (
     stack_batches,
 )
 
-__all__ = ["load_params", "program_text", "train", "train_batches"]
+__all__ = [
+    "CHUNK",
+    "add_bos_noise",
+    "load_params",
+    "program_text",
+    "time_steps",
+    "train",
+    "train_batches",
+]
 
-_CHUNK = 100  # steps per compiled call: progress updates every few seconds, compile once
+CHUNK = 100
+"""Steps per compiled call: progress updates every few seconds, one compile per architecture."""
 
 
 def _schedule(peak_lr: jax.Array, warmup: jax.Array, total: jax.Array, decay: jax.Array):
@@ -78,7 +87,8 @@ def _programs(
     def loss_fn(params, batch, gamma, zeta):
         # The LM head and its loss in one pass (numerics.linear_cross_entropy), as language
         # models train; evaluation reads the materialized logits (tasks.quant._probe).
-        h = quant_model_hidden(params, batch["tokens"], batch["segments"], model, gamma, zeta)
+        tokens, segments, noise = batch["tokens"], batch["segments"], batch.get("bos_noise")
+        h = quant_model_hidden(params, tokens, segments, model, gamma, zeta, bos_noise_BxD=noise)
         ce_sum, w_sum = lm_head_loss_sums(params, h, batch["labels"], batch["weights"])
         return ce_sum / jnp.maximum(w_sum, 1.0)
 
@@ -103,14 +113,42 @@ def _programs(
 
 
 def train_batches(
-    cfg: QuantConfig, corpus: Corpus, rng: np.random.Generator, n: int
+    cfg: QuantConfig,
+    corpus: Corpus,
+    rng: np.random.Generator,
+    n: int,
+    noise_rng: np.random.Generator | None = None,
 ) -> list[dict[str, np.ndarray]]:
-    """`n` random training batches of `cfg`'s family and shape, drawn from `rng`."""
-    return [
+    """`n` random training batches of `cfg`'s family and shape, drawn from `rng`, with
+    `add_bos_noise` from `noise_rng` where `cfg.bos_noise` asks for it."""
+    batches = [
         make_quant_batch(
             cfg.family, corpus.train_ids, rng, cfg.batch_size, cfg.seq_len, corpus.vocab_size
         )
         for _ in range(n)
+    ]
+    return add_bos_noise(cfg, batches, noise_rng)
+
+
+def add_bos_noise(
+    cfg: QuantConfig, batches: list[dict], noise_rng: np.random.Generator | None
+) -> list[dict]:
+    """Each batch with `bos_noise` (B, D) float32, `cfg.bos_noise` x N(0, 1) from `noise_rng`
+    (the model scales it by its token table's RMS); unchanged when `cfg.bos_noise` is 0.
+
+    The noise has a stream of its own, so a run with it sees the same text in the same order
+    as the run without it."""
+    if not cfg.bos_noise:
+        return batches
+    if noise_rng is None:
+        raise ValueError("bos_noise needs a noise_rng")
+    return [
+        {
+            **b,
+            "bos_noise": np.float32(cfg.bos_noise)
+            * noise_rng.standard_normal((len(b["tokens"]), cfg.d_model), np.float32),
+        }
+        for b in batches
     ]
 
 
@@ -155,8 +193,8 @@ def program_text(cfg: QuantConfig, corpus: Corpus) -> str:
     init = jax.jit(lambda key: quant_model_init(key, model, cfg.resolved("pi_init")))
     params, init_opt, chunk, hp = _setup(cfg, corpus)
     opt_state = jax.eval_shape(init_opt, params, hp)
-    rng = np.random.default_rng([cfg.seed, 1])
-    batches = stack_batches(train_batches(cfg, corpus, rng, min(_CHUNK, cfg.steps)))
+    rng, noise_rng = np.random.default_rng([cfg.seed, 1]), np.random.default_rng([cfg.seed, 2])
+    batches = stack_batches(train_batches(cfg, corpus, rng, min(CHUNK, cfg.steps), noise_rng))
     return "\n".join(
         (
             init.lower(jax.random.key(cfg.seed)).as_text(),
@@ -164,6 +202,24 @@ def program_text(cfg: QuantConfig, corpus: Corpus) -> str:
             chunk.lower(params, opt_state, batches, hp).as_text(),
         )
     )
+
+
+def time_steps(cfg: QuantConfig, corpus: Corpus) -> dict[str, float]:
+    """How long `cfg`'s training takes here, without storing anything: {"first_chunk_s": the
+    first `CHUNK` steps with their compile, "step_s": seconds per step over the next `CHUNK`}.
+
+    The programs are `train`'s (cached per architecture, the step count an array), so a
+    `train` of any length that follows compiles nothing new."""
+    params, init_opt, chunk, hp = _setup(cfg, corpus)
+    opt_state = init_opt(params, hp)
+    rng, noise_rng = np.random.default_rng([cfg.seed, 1]), np.random.default_rng([cfg.seed, 2])
+    seconds = []
+    for _ in range(2):
+        batches = stack_batches(train_batches(cfg, corpus, rng, CHUNK, noise_rng))
+        start = time.perf_counter()
+        params, opt_state, _ = jax.block_until_ready(chunk(params, opt_state, batches, hp))
+        seconds.append(time.perf_counter() - start)
+    return {"first_chunk_s": seconds[0], "step_s": seconds[1] / CHUNK}
 
 
 def train(
@@ -176,6 +232,7 @@ def train(
     params, init_opt, chunk, hp = _setup(cfg, corpus)
     opt_state = init_opt(params, hp)
     rng = np.random.default_rng([cfg.seed, 1])  # data order: fixed per seed, apart from init
+    noise_rng = np.random.default_rng([cfg.seed, 2])  # bos_noise: a stream of its own
     losses: list[np.ndarray] = []
     start = time.perf_counter()
     with tqdm(
@@ -183,8 +240,8 @@ def train(
     ) as bar:
         done = 0
         while done < cfg.steps:
-            n = min(_CHUNK, cfg.steps - done)
-            batches = stack_batches(train_batches(cfg, corpus, rng, n))
+            n = min(CHUNK, cfg.steps - done)
+            batches = stack_batches(train_batches(cfg, corpus, rng, n, noise_rng))
             params, opt_state, chunk_losses = chunk(params, opt_state, batches, hp)
             losses.append(np.asarray(chunk_losses))
             done += n

@@ -2,6 +2,7 @@
 corpora with their batches, BERT/OPT-like models with clipped softmax and gated attention,
 simulated quantization, and the outlier metrics. `grokbench.quant` trains and evaluates them."""
 
+from tasks.quant._corpus import SYNTHETIC_CHARS as SYNTHETIC_CHARS
 from tasks.quant._corpus import SYNTHETIC_CORPORA as SYNTHETIC_CORPORA
 from tasks.quant._corpus import Corpus as Corpus
 from tasks.quant._corpus import build_corpus as build_corpus

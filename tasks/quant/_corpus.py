@@ -74,7 +74,12 @@ class Corpus:
         return mask
 
 
-SYNTHETIC_CORPORA: tuple[str, ...] = ("bigram_backcopy", "trigger_induction", "uniform_backcopy")
+SYNTHETIC_CORPORA: tuple[str, ...] = (
+    "bigram_backcopy",
+    "trigger_induction",
+    "uniform_backcopy",
+    "delimited_backcopy",
+)
 """Generated corpora (`synthetic_text`) where some heads have nothing to do on most tokens."""
 
 TRIGGERS = "rpx"
@@ -85,9 +90,12 @@ SYNTHETIC_CHARS = 400_000
 
 _SYNTHETIC_SEED = 2024  # the data stays fixed across model seeds, as the real text does
 
+SENTENCE_LETTERS = (8, 12)
+"""'delimited_backcopy': each sentence has 8 to 12 letters (uniform) before its '.'."""
+
 
 def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTHETIC_SEED) -> str:
-    """A generated corpus over the 26 letters a-z, the same for the same arguments.
+    """A generated corpus over the 26 letters a-z (and '.'), the same for the same arguments.
 
     A bigram chain whose transition rows are Dirichlet(0.2) draws (a few likely successors
     per letter) is followed (uniform letters for 'uniform_backcopy'), except right after a
@@ -103,9 +111,19 @@ def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTH
     - 'uniform_backcopy': the back-copy over independent uniform letters. A masked letter
       (MLM) is then predictable only next to a trigger, so an encoder's heads, which on the
       bigram chain always read the neighbours, have nothing to do on most positions too.
+    - 'delimited_backcopy': sentences of 8 to 12 letters, each ended by '.', a chain of the
+      same kind (its own draw of the rows) and the back-copy inside a sentence, and a new
+      sentence starting from a uniform letter
+      (nothing crosses a '.'). The '.' is a delimiter whose hidden state depends on its
+      neighbours, as '.' and [SEP] do in the paper's BERT data, not a constant at position 0
+      (`_delimited_text`; n_chars counts the '.'s too).
     """
     if name not in SYNTHETIC_CORPORA:
         raise ValueError(f"synthetic corpus must be one of {', '.join(SYNTHETIC_CORPORA)}")
+    if n_chars < 1:
+        raise ValueError(f"a synthetic corpus needs n_chars >= 1, got {n_chars}")
+    if name == "delimited_backcopy":
+        return _delimited_text(n_chars, seed)
     rng = np.random.default_rng(seed)
     cum = np.cumsum(rng.dirichlet(np.full(26, 0.2), size=26), axis=1)
     draws = rng.random(n_chars).tolist()
@@ -128,15 +146,44 @@ def synthetic_text(name: str, n_chars: int = SYNTHETIC_CHARS, seed: int = _SYNTH
     return "".join(chr(ord("a") + c) for c in out)
 
 
-def load_text(path: str | None = None) -> tuple[str, str]:
+def _delimited_text(n_chars: int, seed: int) -> str:
+    """'delimited_backcopy' (see `synthetic_text`): bigram-backcopy sentences, each ended by '.'.
+
+    A trigger that starts a sentence has no letter before it in the sentence, so the letter
+    after it is a chain draw; a trigger that ends a sentence is followed by the '.'.
+    """
+    rng = np.random.default_rng([seed, 1])  # its own stream: the other corpora stay as they were
+    cum = [row.tolist() for row in np.cumsum(rng.dirichlet(np.full(26, 0.2), size=26), axis=1)]
+    triggers = {ord(c) - ord("a") for c in TRIGGERS}
+    lo, hi = SENTENCE_LETTERS
+    out: list[str] = []
+    size = 0
+    while size < n_chars:
+        length = int(rng.integers(lo, hi + 1))
+        draws = rng.random(length).tolist()
+        sentence = [min(int(draws[0] * 26), 25)]  # a new sentence shares nothing with the last
+        for j in range(1, length):
+            prev = sentence[-1]
+            if prev in triggers and j >= 2:
+                sentence.append(sentence[-2])  # the back-copy, inside the sentence only
+            else:
+                sentence.append(min(bisect.bisect_right(cum[prev], draws[j]), 25))
+        out.append("".join(chr(ord("a") + c) for c in sentence) + ".")
+        size += length + 1
+    return "".join(out)[:n_chars]
+
+
+def load_text(path: str | None = None, n_chars: int | None = None) -> tuple[str, str]:
     """(text, source): CPython's `pydoc_data.topics` (sorted by topic), a `SYNTHETIC_CORPORA`
-    name, or a local UTF-8 file."""
+    name (`n_chars` long; None: `SYNTHETIC_CHARS`), or a local UTF-8 file."""
+    if n_chars is not None and path not in SYNTHETIC_CORPORA:
+        raise ValueError(f"corpus_chars sets the length of a generated corpus only, not {path!r}")
     if path is None or path == "pydoc":
         from pydoc_data import topics  # ships with CPython; no network
 
         return "\n\n".join(topics.topics[k] for k in sorted(topics.topics)), "pydoc_data.topics"
     if path in SYNTHETIC_CORPORA:
-        return synthetic_text(path), path
+        return synthetic_text(path, SYNTHETIC_CHARS if n_chars is None else n_chars), path
     file = pathlib.Path(path)
     if not file.is_file():
         names = ", ".join(("pydoc", *SYNTHETIC_CORPORA))
@@ -144,13 +191,19 @@ def load_text(path: str | None = None) -> tuple[str, str]:
     return file.read_text(encoding="utf-8"), str(file)
 
 
-def build_corpus(path: str | None = None, level: str = "char", val_fraction: float = 0.1) -> Corpus:
-    """Tokenize the corpus at `level` ('char' or 'byte') and split off the last `val_fraction`."""
+def build_corpus(
+    path: str | None = None,
+    level: str = "char",
+    val_fraction: float = 0.1,
+    n_chars: int | None = None,
+) -> Corpus:
+    """Tokenize the corpus at `level` ('char' or 'byte') and split off the last `val_fraction`
+    (`n_chars`: the length of a generated corpus, `load_text`)."""
     if level not in ("char", "byte"):
         raise ValueError(f"level must be 'char' or 'byte', got {level!r}")
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    text, source = load_text(path)
+    text, source = load_text(path, n_chars)
     offset = len(SPECIAL_TOKENS)
     if level == "byte":
         raw = np.frombuffer(text.encode("utf-8"), np.uint8)

@@ -210,11 +210,14 @@ def quant_model_apply(
     gamma: jax.Array | float = 0.0,
     zeta: jax.Array | float = 1.0,
     tap: Tap = identity_tap,
+    bos_noise_BxD: jax.Array | None = None,
 ) -> jax.Array:
     """Logits (B, T, V). gamma/zeta: the clipped softmax (0, 1 is the plain softmax).
+    `bos_noise_BxD`: position 0's token embedding is replaced by it times the RMS of the token
+    table (a per-sequence random token of the table's scale; None: the learned token).
 
     Every dot is traced under `MATMUL_PRECISION`."""
-    h = quant_model_hidden(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap)
+    h = quant_model_hidden(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap, bos_noise_BxD)
     with jax.default_matmul_precision(MATMUL_PRECISION):
         return _dense(h, params["head.w"], params["head.b"])  # the final head stays in float
 
@@ -227,14 +230,15 @@ def quant_model_hidden(
     gamma: jax.Array | float = 0.0,
     zeta: jax.Array | float = 1.0,
     tap: Tap = identity_tap,
+    bos_noise_BxD: jax.Array | None = None,
 ) -> jax.Array:
     """The final hidden states (B, T, D) that the LM head reads (`quant_model_apply` without
     its head; `lm_head_loss_sums` takes them). Every dot is traced under `MATMUL_PRECISION`."""
     with jax.default_matmul_precision(MATMUL_PRECISION):
-        return _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap)
+        return _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap, bos_noise_BxD)
 
 
-def _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap) -> jax.Array:
+def _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap, bos_noise_BxD) -> jax.Array:
     gamma = jnp.asarray(gamma, jnp.float32)
     zeta = jnp.asarray(zeta, jnp.float32)
     eps = _LN_EPS[cfg.family]
@@ -242,6 +246,12 @@ def _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap) -> jax.Array
     p = params
     t_ = tokens_BxT.shape[1]
     x = p["tok_emb"][tokens_BxT]
+    if bos_noise_BxD is not None:
+        # A random vector of a token's size at position 0: its content is new in every
+        # sequence, so a head that parks there must have it suppressed. No gradient flows
+        # into the scale, which only follows the table.
+        rms = jax.lax.stop_gradient(jnp.sqrt(jnp.mean(jnp.square(p["tok_emb"]))))
+        x = x.at[:, 0, :].set(bos_noise_BxD.astype(x.dtype) * rms)
     pos = p["pos_emb"][None, :t_, :]
     if cfg.family == "encoder":
         x = tap("emb.tok_seg", x + p["seg_emb"][segments_BxT])

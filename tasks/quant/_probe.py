@@ -73,7 +73,9 @@ def _make_probe(cfg: QuantModelConfig, percentile: float | None, hist_bins: int)
             return jnp.where(quantize[name] if isinstance(quantize, dict) else quantize, xq, x)
 
         tokens = batch["tokens"]
-        logits = quant_model_apply(params, tokens, batch["segments"], cfg, gamma, zeta, tap)
+        logits = quant_model_apply(
+            params, tokens, batch["segments"], cfg, gamma, zeta, tap, batch.get("bos_noise")
+        )
         ce_sum, w_sum = lm_loss_sums(logits, batch["labels"], batch["weights"])
         out = {
             "ce_sum": ce_sum,

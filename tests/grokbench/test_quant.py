@@ -4,6 +4,7 @@ import dataclasses
 import json
 import time
 
+import numpy as np
 import pytest
 
 from grokbench import quant
@@ -12,6 +13,7 @@ from grokbench.config import ConfigError
 from grokbench.quant import QuantConfig, parse_quant_overrides, quant_configs, run_quant
 from grokbench.quant import table as quant_table
 from grokbench.quant.recipes import QUANT, QUICK
+from grokbench.quant.train import train_batches
 from tasks import quant as tasks_quant
 
 TINY = [
@@ -164,8 +166,15 @@ def test_config_defaults_hashes_and_checks():
         == QuantConfig(bits="W8A8").eval_hash()
     )
     assert QuantConfig(decay_lr=False).train_hash() != vanilla.train_hash()
+    # Fields added later (ADDED_FIELDS) leave every hash as it was while at their default.
+    assert not {"bos_noise", "corpus_chars"} & set(vanilla.train_dict())
+    assert QuantConfig(bos_noise=0.0).train_hash() == vanilla.train_hash()
+    assert QuantConfig(corpus_chars=400_000).train_hash() == vanilla.train_hash()
+    assert QuantConfig(bos_noise=1.0).train_hash() != vanilla.train_hash()
+    assert QuantConfig(corpus_chars=10_000).train_hash() != vanilla.train_hash()
     assert QuantConfig(lr=1).lr == 1.0 and isinstance(QuantConfig(lr=1).lr, float)
     bads = ({"variant": "x"}, {"bits": "W8"}, {"pi_init": 1.0}, {"pi_init": 0.0}, {"steps": 0})
+    bads += ({"bos_noise": -1.0}, {"corpus_chars": 0}, {"corpus": "pydoc", "corpus_chars": 10})
     for bad in (*bads, {"d_model": 30}, {"gamma": 0.0}, {"gamma": 0.1}):
         with pytest.raises(ConfigError):
             QuantConfig(**bad)
@@ -214,16 +223,42 @@ def test_quick_recipe_runs_in_minutes(tmp_path):
 
 def test_quick_recipe_at_tiny_size(tmp_path):
     """`grokbench quant --quick`'s path (its QUICK settings) shrunk to a few steps, on the
-    decoder with two variants the recipe leaves out; the full-size quick recipe is the slow
-    test above."""
+    decoder with two variants the recipe leaves out, on the delimited corpus with a noisy
+    [BOS]; the full-size quick recipe is the slow test above."""
     recipe = dataclasses.replace(QUANT, quick={**QUICK, **_TINY_QUICK})
     variants = ("gated_all_heads", "clipped_gated")
-    overrides = {"families": ("decoder",), "variants": variants}
+    overrides = {
+        "families": ("decoder",),
+        "variants": variants,
+        "corpus": "delimited_backcopy",
+        "corpus_chars": 5_000,
+        "bos_noise": 1.0,
+    }
     out, results = tmp_path / "out", tmp_path / "r"
     table = run_quant(True, out, overrides, results=results, progress=False, recipe=recipe)
     assert table["quick"] and [r["variant"] for r in table["rows"]] == list(variants)
     assert all(c["steps"] == 2 and c["d_model"] == 16 for c in table["configs"])
-    assert all(r["w8a8_perplexity"] > 0 for r in table["rows"])
+    for r in table["rows"]:
+        assert r["w8a8_perplexity"] > 0
+        # What the delimiter claim reads: outliers and head mass on delimiters, per layer.
+        assert len(r["outlier_share_on_delimiters"]) == 1
+        assert 0 < r["delimiter_attention_by_layer"][0] <= r["max_head_delimiter_attention"]
+        assert r["delimiter_share_of_tokens"] > 1 / 11  # '.' and [BOS]
+
+
+def test_bos_noise_has_a_stream_of_its_own():
+    """A run with the noise sees the same text in the same order as the run without it."""
+    corpus = tasks_quant.build_corpus("delimited_backcopy", n_chars=5_000)
+    cfg = QuantConfig(family="decoder", d_model=16, n_heads=2, seq_len=16, batch_size=4)
+    noisy = dataclasses.replace(cfg, bos_noise=2.0)
+    plain = train_batches(cfg, corpus, np.random.default_rng(1), 3)
+    batches = train_batches(noisy, corpus, np.random.default_rng(1), 3, np.random.default_rng(2))
+    for a, b in zip(plain, batches, strict=True):
+        assert "bos_noise" not in a and np.array_equal(a["tokens"], b["tokens"])
+        assert b["bos_noise"].shape == (4, 16) and b["bos_noise"].dtype == np.float32
+    assert 1.5 < float(np.std(np.concatenate([b["bos_noise"] for b in batches]))) < 2.5
+    with pytest.raises(ValueError, match="noise_rng"):
+        train_batches(noisy, corpus, np.random.default_rng(1), 1)
 
 
 _TINY_QUICK = {

@@ -158,6 +158,60 @@ def test_synthetic_corpora_follow_their_rule(name):
         build_corpus("no_such_corpus")
 
 
+def test_delimited_corpus_follows_its_rule():
+    """Sentences of 8-12 letters ended by '.', the back-copy inside a sentence only, and a new
+    sentence starting from a uniform letter (nothing crosses a '.')."""
+    text = synthetic_text("delimited_backcopy", 30_000)
+    assert len(text) == 30_000 and text == synthetic_text("delimited_backcopy", 30_000)
+    assert synthetic_text("delimited_backcopy", 30_000, seed=1) != text
+    assert set(text) == set(string.ascii_lowercase + ".")
+    sentences = text.split(".")[:-1]  # the last one may be cut short
+    assert {len(s) for s in sentences} == set(range(8, 13))
+    copies = [(s, j) for s in sentences for j in range(2, len(s)) if s[j - 1] in TRIGGERS]
+    assert copies and all(s[j] == s[j - 2] for s, j in copies)
+    firsts = np.bincount([ord(s[0]) - 97 for s in sentences], minlength=26)
+    inner = np.bincount([ord(c) - 97 for s in sentences for c in s[1:]], minlength=26)
+    # ~100 per letter: uniform within 2x; the Dirichlet(0.2) chain inside is far from it.
+    assert firsts.max() / firsts.min() < 2 < inner.max() / max(inner.min(), 1)
+    corpus = build_corpus("delimited_backcopy", n_chars=5_000)
+    assert len(corpus.train_ids) + len(corpus.val_ids) == 5_000
+    dot = len(SPECIAL_TOKENS) + corpus.symbols.index(".")
+    assert corpus.delimiter_mask()[dot] and corpus.delimiter_mask().sum() == len(SPECIAL_TOKENS) + 1
+    with pytest.raises(ValueError, match="generated corpus only"):
+        build_corpus(None, n_chars=5_000)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_bos_noise_replaces_the_first_token(family):
+    """Position 0 embeds the noise at the token table's RMS scale, whatever token sits there,
+    and the rest of the sequence sees it."""
+    cfg = QuantModelConfig(family=family, vocab_size=20, seq_len=8, n_layers=1, d_model=16)
+    params = quant_model_init(jax.random.key(0), cfg)
+    tokens = jax.random.randint(jax.random.key(1), (2, 8), BOS + 1, 20).at[:, 0].set(BOS)
+    noise = jax.random.normal(jax.random.key(2), (2, 16))
+    seen = {}
+
+    def record(name, x):
+        seen[name] = x
+        return x
+
+    def apply(p, noise_BxD):
+        return quant_model_apply(p, tokens, tokens * 0, cfg, tap=record, bos_noise_BxD=noise_BxD)
+
+    logits = apply(params, noise)
+    first = "emb.tok_seg" if family == "encoder" else "emb.sum"
+    rms = jnp.sqrt(jnp.mean(jnp.square(params["tok_emb"])))
+    added = params["seg_emb"][0] if family == "encoder" else params["pos_emb"][0]
+    expected = noise * rms + added[None, :]
+    np.testing.assert_allclose(seen[first][:, 0], expected, rtol=1e-6, atol=1e-7)
+    # A sign flip of the learned [BOS] row (the table's RMS stays): unused under the noise.
+    moved = {**params, "tok_emb": params["tok_emb"].at[BOS].multiply(-1.0)}
+    assert jnp.array_equal(apply(moved, noise), logits)
+    assert not jnp.array_equal(apply(moved, None), apply(params, None))
+    delta = jnp.abs(apply(params, -noise) - logits).max(axis=(0, 2))
+    assert float(delta.min()) > 0  # every position attends to position 0
+
+
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
 def test_every_dot_forward_and_backward_is_highest(family):
     """float32 products as float32 on any backend (not TF32 on a GPU): `MATMUL_PRECISION`."""
