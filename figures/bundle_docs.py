@@ -11,6 +11,8 @@ import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from figures import paper
+
 Bundle = dict[str, Any]
 
 __all__ = ["BLOCKS"]
@@ -478,14 +480,11 @@ def _bench_ratios(b: Bundle) -> str:
 # --- the README's headline results -------------------------------------------------------------
 
 
-def readme_headline(b: Bundle) -> str:
-    if not b.get("manifest") or not b.get("quick"):
-        return _missing("The headline results")
-    m = b["manifest"]
-    out = []
+def _headline_cliffs(b: Bundle) -> str | None:
+    """The cliffs per dtype (`grokbench cliffs`)."""
     cliffs = {c["dtype"]: c for c in b["quick"].get("cliffs", [])}
     if cliffs:
-        out.append(
+        return (
             "- **Softmax Collapse is exact and per dtype.** Standard cross-entropy's target "
             "gradient is exactly 0 from m = "
             + ", ".join(f"{c['standard_grad_zero_from']:.6g} ({d})" for d, c in cliffs.items())
@@ -494,6 +493,11 @@ def readme_headline(b: Bundle) -> str:
             + ", where e^-m itself underflows (`grokbench cliffs`; "
             "[numerics.md](docs/numerics.md))."
         )
+    return None
+
+
+def _headline_fig2_top(b: Bundle) -> str | None:
+    """fig2-top at full scale: slingshots, grokking, the 20-seed rate."""
     fixed = _runs(b, "full", "fig2-top", loss="fixed")
     std = _runs(b, "full", "fig2-top", loss="standard")
     if fixed and std:
@@ -511,10 +515,15 @@ def readme_headline(b: Bundle) -> str:
         )
         if rate and rate["status"] != "not tested":
             text += f". On 20 seeds: {rate['ours']}"
-        out.append(text + " ([recipes.md](docs/recipes.md#fig2-top-slingshot-with-weight-decay)).")
+        return text + " ([recipes.md](docs/recipes.md#fig2-top-slingshot-with-weight-decay))."
+    return None
+
+
+def _headline_fig2_bottom(b: Bundle) -> str | None:
+    """fig2-bottom (and its cube variant) at full scale."""
     bottom = _runs(b, "full", "fig2-bottom")
     if bottom:
-        out.append(
+        return (
             "- **Slingshot without weight decay (fig2-bottom, a^2+b^2 mod 97).** "
             + _collapse_text(b, "fig2-bottom", "a^2+b^2")
             + (
@@ -525,13 +534,18 @@ def readme_headline(b: Bundle) -> str:
             + " (the paper's fixed CE: 85%; "
             "[recipes.md](docs/recipes.md#fig2-bottom-slingshot-without-weight-decay))."
         )
+    return None
+
+
+def _headline_fig4(b: Bundle) -> str | None:
+    """fig4's margin equilibria at full scale."""
     groups = (b.get("full") or {}).get("equilibrium") or []
     decayed = [g for g in groups if g["weight_decay"] == 1.0 and g["eps"] > 0]
     zero = next((g for g in groups if g["weight_decay"] == 1.0 and g["eps"] == 0), None)
     if decayed:
         offsets = ", ".join(f"{-g['deviation']:.2f}" for g in decayed if g["deviation"] is not None)
         eps = ", ".join(f"{g['eps']:g}" for g in decayed)
-        out.append(
+        return (
             "- **Margin equilibria (fig4, 3 seeds).** With weight decay LaProp's margins level "
             f"off {offsets} nats below log(1/eps) for eps {eps}"
             + (
@@ -542,6 +556,11 @@ def readme_headline(b: Bundle) -> str:
             )
             + " ([equilibrium.md](docs/equilibrium.md#measured))."
         )
+    return None
+
+
+def _headline_fig7(b: Bundle) -> str | None:
+    """fig7's distillation at full scale."""
     fig7 = _runs(b, "full", "fig7")
     if fig7:
         fixed7 = [r for r in fig7 if r["config"]["loss"] == "fixed"]
@@ -554,7 +573,7 @@ def readme_headline(b: Bundle) -> str:
             r["kl_max"] == 0 and r["max_param_distance"] == 0 and r["residual_gradient"] == 0
             for r in fixed7
         )
-        out.append(
+        return (
             "- **Distillation (fig7).** The fixed soft-target loss "
             + (
                 "keeps the student exactly at its teacher (gradient, KL and parameter distance "
@@ -570,23 +589,58 @@ def readme_headline(b: Bundle) -> str:
             )
             + " ([distillation.md](docs/distillation.md#measured-full-recipe))."
         )
+    return None
+
+
+def _headline_quant(b: Bundle) -> str | None:
+    """The quant lab's quick table."""
     table = b["quick"].get("quant")
     if table:
         by = {(r["family"], r["variant"]): r for r in table["rows"]}
         worst = max(_losses(table))
-        van = [by.get((f, "vanilla")) for f in ("encoder", "decoder")]
-        out.append(
+        van = [r for r in (by.get((f, "vanilla")) for f in ("encoder", "decoder")) if r]
+        outliers = any(r["max_inf_norm"] >= paper.OUTLIER_MIN_INF_NORM for r in van)
+        return (
             "- **Quantization (quick scale).** Vanilla's max inf-norm is "
-            + " and ".join(f"{r['max_inf_norm']:.1f} ({r['family']})" for r in van if r is not None)
-            + f": no outliers at this size, and no variant loses more than {_pct(worst[0])} "
-            "at W8A8. The recipe-scale and `uniform_backcopy` results are in "
-            "[quant.md](docs/quant.md) (not in the bundle: they take about an hour here)."
+            + " and ".join(f"{r['max_inf_norm']:.1f} ({r['family']})" for r in van)
+            + (
+                f" (the report's outlier line: {paper.OUTLIER_MIN_INF_NORM:g})"
+                if outliers
+                else f": no outliers at this size (the report's line: "
+                f"{paper.OUTLIER_MIN_INF_NORM:g})"
+            )
+            + f", and no variant loses more than {_pct(worst[0])} at W8A8. The recipe-scale "
+            "runs and the corpora with other sinks (`uniform_backcopy`, `delimited_backcopy`) "
+            "are in [quant.md](docs/quant.md) (not in the bundle: each takes about an hour here)."
         )
+    return None
+
+
+def _headline_speed(b: Bundle) -> str | None:
+    """The cross-entropy benchmark."""
     if b.get("bench"):
-        out.append(
+        return (
             f"- **Speed** ([benchmarks.md](docs/benchmarks.md#cross-entropy)). On (2048, "
             f"32768) logits, {_bench_ratios(b)}."
         )
+    return None
+
+
+def readme_headline(b: Bundle) -> str:
+    """The README's headline results: one bullet per result the bundle holds."""
+    if not b.get("manifest") or not b.get("quick"):
+        return _missing("The headline results")
+    m = b["manifest"]
+    parts = (
+        _headline_cliffs,
+        _headline_fig2_top,
+        _headline_fig2_bottom,
+        _headline_fig4,
+        _headline_fig7,
+        _headline_quant,
+        _headline_speed,
+    )
+    out = [text for part in parts if (text := part(b))]
     out.append(
         "- **Table 1 at full scale** (81 runs x 10,000 steps, about 40 minutes on an idle "
         "2-core CPU) is not in the bundle; the table measured at `CONFIG_VERSION` 4 is in "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -102,110 +103,17 @@ def check_cross_entropy(
     }
     reference = reference or functools.partial(oracle.cross_entropy_value_and_grad, **options)
     tally = Tally(kind, dtype)
-    value, grad_base = ULPS["value"][dtype], ULPS["grad"][dtype]
+    value, grad = ULPS["value"][dtype], ULPS["grad"][dtype]
     if options:
-        value, grad_base = value + OPTION_ULPS["value"], grad_base + OPTION_ULPS["grad"]
+        value, grad = value + OPTION_ULPS["value"], grad + OPTION_ULPS["grad"]
     if max_ulps is not None:
-        value = grad_base = float(max_ulps)
-    zero_sum = not ({"z_loss", "soft_cap"} & set(options))
-
-    def grad_errors(z, labels, grad, exact_grad):
-        """(value conditioning (rows,), gradient conditioning (rows, K), gradient errors,
-        scale) for the options; zeros and None without options."""
-        if not options:
-            return 0.0, 0.0, None, None
-        conditioning, grad_conditioning, scale = option_conditioning(z, labels, **options)
-        err = errors_in_ulps_of(grad, exact_grad, scale, dtype)
-        return conditioning, grad_conditioning, err, scale
-
+        value = grad = float(max_ulps)
+    bounds = _Bounds(dtype, value, grad, options)
     with jax.enable_x64(dtype == np.float64):
         run = calls.value_and_grad_runner(fn, "ce")
         out_dtype = calls.probe_signature(fn, run, "ce", dtype)
-        m = cases.margin_sweep(dtype, quick)
-        z = np.stack([m, np.zeros_like(m)], -1)
-        labels = np.zeros(len(m), np.int32)
-        dies = zero = None
-        got = calls.run_or_fail(tally, run, "the margin sweep", z, labels)
-        if got is not None:
-            loss, grad = got
-            exact_loss, exact_grad = reference(z, labels, exact=True)
-            cond, grad_cond, err, scale = grad_errors(z, labels, grad, exact_grad)
-
-            def name_margin(r, *_):
-                return f"m={float(m[r]):.8g} (logits [m, 0], label 0)"
-
-            tally.rows += len(m)
-            tally.compare("loss", "value", loss, exact_loss, value + cond, z, name_margin)
-            for j, what in enumerate(("target gradient", "other gradient")):
-                bound = grad_base + (0.0 if err is None else grad_cond[:, j])
-                tally.compare(
-                    what,
-                    "grad",
-                    grad[:, j],
-                    exact_grad[:, j],
-                    bound,
-                    z,
-                    name_margin,
-                    None if err is None else err[:, j],
-                )
-            if zero_sum:
-                tally.grad_sums(grad, np.full(len(m), grad_base), name_margin)
-
-            def at_margin(mi):  # (loss, gradient) at logits [m, 0]
-                return run(np.array([[mi[0], 0]], dtype), np.zeros(1, np.int32))
-
-            exact_t = exact_grad[:, 0]
-            if scale is not None:
-                # Near an option's equilibrium the exact gradient is a cancellation; a 0
-                # there is within the bound and no collapse.
-                ulp_scale = oracle.ulp(scale[:, 0], dtype) * (grad_base + grad_cond[:, 0])
-                exact_t = np.where(np.abs(exact_t.astype(np.float64)) > ulp_scale, exact_t, 0.0)
-            dies = calls.first_spurious_zero(
-                tally, grad[:, 0], exact_t, m, lambda v: at_margin(v)[1][0, 0]
-            )
-            zero = calls.first_spurious_zero(
-                tally, loss, exact_loss, m, lambda v: at_margin(v)[0][0]
-            )
-            for what, at in (("target gradient", dies), ("loss", zero)):
-                if at is not None:
-                    exact_at = reference(np.array([[at, 0.0]]), np.zeros(1, int))
-                    fail_zero_from(
-                        tally,
-                        what,
-                        at,
-                        exact_at[1][0, 0] if what != "loss" else exact_at[0][0],
-                        _capped_cliff(dtype, soft_cap),
-                    )
-        for case in cases.random_cases(quick, max_k, dtype):
-            if kind == "linear-ce" and case[4] == "masked":
-                continue  # -inf hidden times the identity's zeros is NaN, not a masked class
-            z, labels = cases.plant_rows(case, dtype, 2, seed=0)
-            got = calls.run_or_fail(tally, run, cases.describe_case(case), z, labels)
-            if got is None:
-                continue
-            loss, grad = got
-            exact_loss, exact_grad = reference(z, labels, exact=True)
-            cond, grad_cond, err, _ = grad_errors(z, labels, grad, exact_grad)
-            k = case[0]
-            zc = soft_cap * np.tanh(z.astype(np.float64) / soft_cap) if soft_cap else z
-            gaps = finite_gaps(zc)
-            is_target = np.arange(k) == labels[:, None]
-            conditioning = np.where(is_target, weighted_gap(gaps, is_target)[:, None], gaps)
-            name_element = cases.case_element_namer(case)
-            tally.rows += len(z)
-            tally.compare(
-                "loss",
-                "value",
-                loss,
-                exact_loss,
-                conditioned_bound(value, gaps.max(-1) + cond, k),
-                z,
-                name_element,
-            )
-            grad_bound = conditioned_bound(grad_base, conditioning + grad_cond, k)
-            tally.compare("gradient", "grad", grad, exact_grad, grad_bound, z, name_element, err)
-            if zero_sum:
-                tally.grad_sums(grad, grad_bound.max(-1), name_element)
+        dies, zero = _check_margin_sweep(tally, run, reference, bounds, quick)
+        _check_random_rows(tally, run, reference, bounds, quick, max_k, kind)
         nan = calls.nan_propagation(tally, run, "ce", dtype)
     return tally.result(
         grad_dies_at=dies,
@@ -214,6 +122,125 @@ def check_cross_entropy(
         nan_propagates=nan,
         output_dtype=out_dtype.name,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bounds:
+    """A check's dtype, its ulp bounds (value, gradient) and the options `fn` computes."""
+
+    dtype: np.dtype
+    value: float
+    grad: float
+    options: dict
+
+    @property
+    def zero_sum(self) -> bool:
+        """Whether the gradients must sum to zero (z-loss and a cap break it)."""
+        return not ({"z_loss", "soft_cap"} & set(self.options))
+
+    def grad_errors(self, z, labels, grad, exact_grad):
+        """(value conditioning (rows,), gradient conditioning (rows, K), gradient errors,
+        scale) for the options; zeros and None without options."""
+        if not self.options:
+            return 0.0, 0.0, None, None
+        conditioning, grad_conditioning, scale = option_conditioning(z, labels, **self.options)
+        err = errors_in_ulps_of(grad, exact_grad, scale, self.dtype)
+        return conditioning, grad_conditioning, err, scale
+
+
+def _check_margin_sweep(tally, run, reference, b: _Bounds, quick: bool):
+    """Logits [m, 0], label 0, over the margin sweep: loss and both gradients in ulps, the
+    zero sum, and where the target gradient and the loss first turn 0 spuriously.
+    Returns (gradient's first spurious zero, loss's), None where there is none."""
+    dtype, soft_cap = b.dtype, b.options.get("soft_cap")
+    m = cases.margin_sweep(dtype, quick)
+    z = np.stack([m, np.zeros_like(m)], -1)
+    labels = np.zeros(len(m), np.int32)
+    got = calls.run_or_fail(tally, run, "the margin sweep", z, labels)
+    if got is None:
+        return None, None
+    loss, grad = got
+    exact_loss, exact_grad = reference(z, labels, exact=True)
+    cond, grad_cond, err, scale = b.grad_errors(z, labels, grad, exact_grad)
+
+    def name_margin(r, *_):
+        return f"m={float(m[r]):.8g} (logits [m, 0], label 0)"
+
+    tally.rows += len(m)
+    tally.compare("loss", "value", loss, exact_loss, b.value + cond, z, name_margin)
+    for j, what in enumerate(("target gradient", "other gradient")):
+        bound = b.grad + (0.0 if err is None else grad_cond[:, j])
+        tally.compare(
+            what,
+            "grad",
+            grad[:, j],
+            exact_grad[:, j],
+            bound,
+            z,
+            name_margin,
+            None if err is None else err[:, j],
+        )
+    if b.zero_sum:
+        tally.grad_sums(grad, np.full(len(m), b.grad), name_margin)
+
+    def at_margin(mi):  # (loss, gradient) at logits [m, 0]
+        return run(np.array([[mi[0], 0]], dtype), np.zeros(1, np.int32))
+
+    exact_t = exact_grad[:, 0]
+    if scale is not None:
+        # Near an option's equilibrium the exact gradient is a cancellation; a 0
+        # there is within the bound and no collapse.
+        ulp_scale = oracle.ulp(scale[:, 0], dtype) * (b.grad + grad_cond[:, 0])
+        exact_t = np.where(np.abs(exact_t.astype(np.float64)) > ulp_scale, exact_t, 0.0)
+    dies = calls.first_spurious_zero(tally, grad[:, 0], exact_t, m, lambda v: at_margin(v)[1][0, 0])
+    zero = calls.first_spurious_zero(tally, loss, exact_loss, m, lambda v: at_margin(v)[0][0])
+    for what, at in (("target gradient", dies), ("loss", zero)):
+        if at is not None:
+            exact_at = reference(np.array([[at, 0.0]]), np.zeros(1, int))
+            fail_zero_from(
+                tally,
+                what,
+                at,
+                exact_at[1][0, 0] if what != "loss" else exact_at[0][0],
+                _capped_cliff(dtype, soft_cap),
+            )
+    return dies, zero
+
+
+def _check_random_rows(tally, run, reference, b: _Bounds, quick: bool, max_k: int, kind: str):
+    """The random rows: loss and gradient within the bounds grown by each row's
+    conditioning, and the zero sum."""
+    soft_cap = b.options.get("soft_cap")
+    for case in cases.random_cases(quick, max_k, b.dtype):
+        if kind == "linear-ce" and case[4] == "masked":
+            continue  # -inf hidden times the identity's zeros is NaN, not a masked class
+        z, labels = cases.plant_rows(case, b.dtype, 2, seed=0)
+        got = calls.run_or_fail(tally, run, cases.describe_case(case), z, labels)
+        if got is None:
+            continue
+        loss, grad = got
+        exact_loss, exact_grad = reference(z, labels, exact=True)
+        cond, grad_cond, err, _ = b.grad_errors(z, labels, grad, exact_grad)
+        k = case[0]
+        zc = soft_cap * np.tanh(z.astype(np.float64) / soft_cap) if soft_cap else z
+        gaps = finite_gaps(zc)
+        is_target = np.arange(k) == labels[:, None]
+        conditioning = np.where(is_target, weighted_gap(gaps, is_target)[:, None], gaps)
+        name_element = cases.case_element_namer(case)
+        tally.rows += len(z)
+        tally.compare(
+            "loss",
+            "value",
+            loss,
+            exact_loss,
+            conditioned_bound(b.value, gaps.max(-1) + cond, k),
+            z,
+            name_element,
+        )
+        grad_bound = conditioned_bound(b.grad, conditioning + grad_cond, k)
+        tally.compare("gradient", "grad", grad, exact_grad, grad_bound, z, name_element, err)
+        if b.zero_sum:
+            tally.grad_sums(grad, grad_bound.max(-1), name_element)
 
 
 def check_option_cross_entropy(fn: Callable, dtype, kind: str, **check) -> CheckResult:
