@@ -262,7 +262,7 @@ def _delimiter_rows(by, why_missing) -> list[Row]:
                 + ", ".join(f"{s:.0%}" for s in shares)
                 + f" (delimiters are {van['delimiter_share_of_tokens']:.0%} of the tokens)"
             ),
-            tolerance=f"{share.tolerance} ({share.why})",
+            tolerance=share.tolerance,
             ok=None if not shares else all(share.holds(s) for s in shares),
             why=why if van is None else "no entry beyond 6 sigma in any layer",
         ),
@@ -274,7 +274,7 @@ def _delimiter_rows(by, why_missing) -> list[Row]:
                 f"largest mean attention mass of a head on delimiter and special tokens: "
                 f"{van['max_head_delimiter_attention']:.2f}"
             ),
-            tolerance=f"{head.tolerance} ({head.why})",
+            tolerance=head.tolerance,
             ok=None if van is None else head.holds(van["max_head_delimiter_attention"]),
             why=why,
         ),
