@@ -32,6 +32,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         atexit.register(shutil.rmtree, cache_dir, ignore_errors=True)
     else:
         cache_dir = str(pathlib.Path(choice) if choice else runtime.default_cache_dir())
+        pathlib.Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        runtime.prune_cache(pathlib.Path(cache_dir))
     os.environ["JAX_COMPILATION_CACHE_DIR"] = cache_dir
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 

@@ -38,6 +38,7 @@ __all__ = [
     "is_float16_link_error",
     "isa_level",
     "machine_fingerprint",
+    "prune_cache",
     "use_all_cores",
 ]
 
@@ -229,7 +230,40 @@ CACHE_ENV = "GROKBENCH_COMPILATION_CACHE"
 no: no persistent cache (each command compiles what it needs, into a temporary cache)."""
 
 CACHE_MAX_BYTES = 4 << 30
-"""The per-user cache's size bound: jax evicts the least recently used programs past it."""
+"""The persistent cache's size bound: `prune_cache` removes the oldest programs past it."""
+
+
+def prune_cache(path: pathlib.Path, max_bytes: int = CACHE_MAX_BYTES) -> int:
+    """Remove the oldest-written files of the cache in `path` until it holds at most
+    `max_bytes`; returns the bytes removed.
+
+    Why not jax's own bound (`jax_compilation_cache_max_size`): its eviction reads an
+    access-time file beside every entry, which only writers with the bound set write. The
+    test session, the CLI's subprocesses and Ray workers write with jax's defaults, and one
+    entry without that file makes every later bounded write fail with a FileNotFoundError
+    warning (jax 0.10), so nothing new is cached. Pruning here, by write time, at the start
+    of a command, works whoever wrote the entries, and a file another process removes
+    first is skipped.
+    """
+    entries = []
+    for f in path.iterdir() if path.is_dir() else ():
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if f.is_file() and not f.name.startswith("."):
+            entries.append((st.st_mtime_ns, st.st_size, f))
+    total = sum(size for _, size, _ in entries)
+    removed = 0
+    for _, size, f in sorted(entries):
+        if total - removed <= max_bytes:
+            break
+        try:
+            f.unlink()
+        except OSError:
+            continue
+        removed += size
+    return removed
 
 
 def default_cache_dir() -> pathlib.Path:
@@ -259,20 +293,14 @@ def compilation_cache() -> Iterator[pathlib.Path | None]:
         return
     choice = os.environ.get(CACHE_ENV, "").strip()
     off = choice.lower() in ("0", "off", "false", "no")
-    saved = {
-        name: getattr(jax.config, name)
-        for name in (
-            "jax_persistent_cache_min_compile_time_secs",
-            "jax_compilation_cache_max_size",
-        )
-    }
+    min_seconds = jax.config.jax_persistent_cache_min_compile_time_secs
     with contextlib.ExitStack() as stack:
         if off:
             path = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jax-")))
         else:
             path = pathlib.Path(choice) if choice else default_cache_dir()
             path.mkdir(parents=True, exist_ok=True)
-            jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+            prune_cache(path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         cache.reset_cache()  # forget a "no cache" decided by an earlier compile
         cache.set_cache_dir(str(path))
@@ -281,8 +309,7 @@ def compilation_cache() -> Iterator[pathlib.Path | None]:
         finally:
             cache.set_cache_dir(None)
             cache.reset_cache()
-            for name, value in saved.items():
-                jax.config.update(name, value)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", min_seconds)
 
 
 # What jax reports of each program it compiles (jax.monitoring): tracing, lowering to

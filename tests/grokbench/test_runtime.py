@@ -78,3 +78,26 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     for _ in range(2):
         path, programs, cached = _compile_in_a_new_process(tmp_path, "off")
         assert cached == 0 and not pathlib.Path(path).exists()
+
+
+def test_a_cache_written_by_other_writers_still_takes_new_programs(tmp_path):
+    """An entry written without jax's access-time file (the test session, CLI subprocesses
+    and Ray workers write with jax's defaults) must not stop a command caching: with jax's
+    own size bound every later write failed on it (`runtime.prune_cache` says why)."""
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    (cache / "jit_other-0123456789abcdef-cache").write_bytes(b"\0" * 64)
+    path, programs, cached = _compile_in_a_new_process(tmp_path, str(cache))
+    assert programs >= 1 and cached == 0
+    assert _compile_in_a_new_process(tmp_path, str(cache)) == (path, programs, programs)
+
+
+def test_prune_cache_removes_the_oldest_written_first(tmp_path):
+    for i, name in enumerate(["old-cache", "mid-cache", "new-cache"]):
+        f = tmp_path / name
+        f.write_bytes(b"\0" * 100)
+        os.utime(f, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))
+    assert runtime.prune_cache(tmp_path, max_bytes=250) == 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid-cache", "new-cache"]
+    assert runtime.prune_cache(tmp_path, max_bytes=250) == 0
+    assert runtime.prune_cache(tmp_path / "missing") == 0
