@@ -58,15 +58,15 @@ _END = "<!-- /bundle:{} -->"
 
 
 def _versions() -> dict[str, int]:
-    from grokbench import config, distill, slingshot
-    from grokbench.quant import config as quant_config
+    """Every cache version the bundle's numbers depend on (`grokbench.versions`)."""
+    from grokbench import versions
 
     return {
-        "CONFIG_VERSION": config.CONFIG_VERSION,
-        "DISTILL_VERSION": config.DISTILL_VERSION,
-        "QUANT_VERSION": quant_config.QUANT_VERSION,
-        "SUMMARY_VERSION (slingshot)": slingshot.SUMMARY_VERSION,
-        "SUMMARY_VERSION (distill)": distill.SUMMARY_VERSION,
+        "CONFIG_VERSION": versions.CONFIG_VERSION,
+        "DISTILL_VERSION": versions.DISTILL_VERSION,
+        "QUANT_VERSION": versions.QUANT_VERSION,
+        "SUMMARY_VERSION (slingshot)": versions.SUMMARY_VERSION,
+        "SUMMARY_VERSION (distill)": versions.DISTILL_SUMMARY_VERSION,
     }
 
 

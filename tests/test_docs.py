@@ -149,3 +149,14 @@ def test_bundle_blocks_are_known_and_closed():
     for page in PAGES:
         for name, _, _ in bundle.blocks(page.read_text()):
             assert name in bundle_docs.BLOCKS, f"{page.name}: unknown bundle block {name!r}"
+
+
+def test_the_bundle_manifest_names_every_cache_version():
+    """The manifest records the versions its numbers were made at (`grokbench.versions`),
+    and the stored manifest is at today's versions: a bump needs a refreshed bundle."""
+    from figures import bundle
+    from grokbench import versions
+
+    made = bundle._versions()
+    assert set(made.values()) <= {getattr(versions, n) for n in dir(versions) if "VERSION" in n}
+    assert made == bundle.load()["manifest"]["versions"]
