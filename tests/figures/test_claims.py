@@ -37,7 +37,7 @@ from figures._common import Context, Run
 from figures.claims import FAILS, HOLDS, NOT_TESTED, Evidence, Row, grok_rate, spikes_row
 from grokbench import metrics, recipes, runtime
 from grokbench.config import RunConfig
-from grokbench.store import Store
+from grokbench.store import Store, load_metrics
 
 # --- fabricated runs ---------------------------------------------------------------------------
 
@@ -817,6 +817,14 @@ def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
     kl_runs = [r for r in runs if r.config.distill_objective == "kl"]
     assert len(kl_runs) == 1 and fig7._stays(kl_runs[0].summary)
     assert any(r.status == NOT_TESTED and "full-scale" in r.note for r in rows)
+    # The stored per-step columns of both fixed students: never a nonzero KL, distance,
+    # logit gradient or Adam step (tests/grokbench/test_distill.py, -m slow, runs the same
+    # recipe through `grokbench run fig7` and checks its table and reload too).
+    for run in runs:
+        if run.config.loss == "fixed":
+            m = load_metrics(ctx.store.run_dir(run.config))
+            for name in ("kl", "test_kl", "logit_grad_max", "param_distance", "adam_step"):
+                assert not np.any(m[name]), (run.config.distill_objective, name)
 
 
 def test_quant_claims_on_a_tiny_lab(tmp_path, monkeypatch):

@@ -181,7 +181,9 @@ def test_delimited_corpus_follows_its_rule():
         build_corpus(None, n_chars=5_000)
 
 
-@pytest.mark.parametrize("family", ["encoder", "decoder"])
+@pytest.mark.parametrize(
+    "family", [pytest.param("encoder", marks=pytest.mark.slow), "decoder"]
+)  # the encoder's path differs only in the attention mask: -m slow
 def test_bos_noise_replaces_the_first_token(family):
     """Position 0 embeds the noise at the token table's RMS scale, whatever token sits there,
     and the rest of the sequence sees it."""
