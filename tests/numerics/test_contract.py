@@ -52,24 +52,28 @@ def test_precision_cliff_and_equilibrium_reject_bad_input():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("loss", LOSSES)
 def test_losses_keep_dtype_and_batch_shape(dtype, loss):
+    # Dtypes and shapes are the trace's (`jax.eval_shape`: the same primitives an eager call
+    # runs one by one, nothing compiled); the values come from one jitted program.
     z = jnp.zeros((2, 3, 5), dtype)
     labels = jnp.zeros((2, 3), jnp.int32)
     with jax.enable_x64(dtype == np.float64):
-        out = loss(z, labels)
-        grad = jax.grad(lambda z: loss(z, labels).sum())(z)
+        out = jax.eval_shape(loss, z, labels)
+        grad = jax.eval_shape(jax.grad(lambda z: loss(z, labels).sum()), z)
         assert out.shape == (2, 3) and out.dtype == dtype
         assert grad.shape == z.shape and grad.dtype == dtype
         # The class axis can sit anywhere.
-        moved = loss(jnp.moveaxis(z, -1, 1), labels, axis=1)
-        np.testing.assert_array_equal(np.asarray(moved), np.asarray(out))
+        both = jax.jit(lambda z: (loss(z, labels), loss(jnp.moveaxis(z, -1, 1), labels, axis=1)))
+        values, moved = both(z)
+        assert moved.shape == values.shape == out.shape and moved.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(moved), np.asarray(values))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("fn", NORMALIZERS + SOFT)
 def test_normalizers_and_soft_targets_keep_dtype(dtype, fn):
     z = jnp.linspace(-3, 3, 12).astype(dtype).reshape(3, 4)
-    with jax.enable_x64(dtype == np.float64):
-        out = fn(z, z) if fn in SOFT else fn(z)
+    with jax.enable_x64(dtype == np.float64):  # the trace's dtype and shape, as above
+        out = jax.eval_shape(fn, z, z) if fn in SOFT else jax.eval_shape(fn, z)
     assert out.dtype == dtype
     assert out.shape == ((3,) if fn in SOFT else (3, 4))
 

@@ -32,9 +32,11 @@ def test_dtypes(dtype):
     model = build_model(MLPConfig(p=31, width=64, activation="quadratic"))
     params = model.init(jax.random.key(0), dtype)
     assert params["w_in"].shape == (62, 64) and params["w_out"].shape == (64, 31)
-    logits = jax.jit(model.apply)(params, DATA.x_train)
+    # Dtypes and shapes of the trace (`jax.eval_shape`: nothing compiled).
+    logits = jax.eval_shape(model.apply, params, DATA.x_train)
     assert logits.dtype == dtype and logits.shape == (480, 31)
-    grads = jax.grad(lambda p: jnp.sum(model.apply(p, DATA.x_train)).astype(jnp.float32))(params)
+    loss = lambda p: jnp.sum(model.apply(p, DATA.x_train)).astype(jnp.float32)  # noqa: E731
+    grads = jax.eval_shape(jax.grad(loss), params)
     assert all(g.dtype == dtype for g in grads.values())
 
 
