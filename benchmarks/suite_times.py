@@ -1,7 +1,7 @@
 """Where the test suite's time goes, per test file: wall, CPU and compile seconds, programs.
 
-    GROKBENCH_COMPILE_REPORT=/tmp/suite.jsonl pytest -n 2 --dist loadfile  # conftest records
-    python benchmarks/suite_times.py /tmp/suite.jsonl  # the table, largest first
+    GROKBENCH_COMPILE_REPORT=/tmp/suite.jsonl pytest -n 2      # the root conftest records
+    python benchmarks/suite_times.py /tmp/suite.jsonl           # the table, largest first
 
 Wall and CPU are summed over the tests of a file (both workers' tests together), compile
 seconds are jax's tracing, lowering and XLA compile time of the programs each test built

@@ -40,9 +40,10 @@ def _config(summary) -> RunConfig:
 
 @pytest.mark.slow
 def test_shrunken_fig7(tmp_path, capsys):
-    # The default run trains the same shrunken fig7 (teacher, fixed / standard soft-target
-    # and KL students, fp32/bf16) through the figure build instead:
-    # tests/figures/test_claims.py, the real shrunken distillation.
+    # One test, not a module fixture shared by several: under `pytest -n 2` each worker
+    # would train the shrunken recipe again. The default run trains the same shrunken fig7
+    # (teacher, fixed / standard soft-target and KL students, fp32/bf16) through the figure
+    # build instead: tests/figures/test_claims.py, the real shrunken distillation.
     argv = ["run", "fig7", *SHRINK, "precision=fp32/bf16", "--results", str(tmp_path / "store")]
     assert _main([*argv, "--out", str(tmp_path), "--no-progress"]) == 0
     runs = json.loads((tmp_path / "summary.json").read_text())["runs"]
