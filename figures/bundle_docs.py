@@ -347,8 +347,11 @@ def distillation_measured(b: Bundle) -> str:
                 if r["config"]["loss"] != loss:
                     continue
                 t = typical.get(precision) if loss == "standard" else None
+                # The KL students (KL(p || q) as the loss) beside the soft-target CE ones.
+                kl = r["config"].get("distill_objective", "soft_target") == "kl"
+                label = f"{loss}, KL loss" if kl else loss
                 lines.append(
-                    f"| {precision} | {loss} | {r['residual_gradient']:.2g} | "
+                    f"| {precision} | {label} | {r['residual_gradient']:.2g} | "
                     f"{'-' if t is None else f'{t:.2g}'} | {r['kl_final']:.2g} | "
                     f"{r['kl_max']:.2g} | {r['max_param_distance']:.3g} | "
                     f"{_pct(r['test_accuracy'])} ({_pct(r['min_test_accuracy'])}) |"
