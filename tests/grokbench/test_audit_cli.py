@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 import numerics
-from grokbench import audit, cli, runtime
+from grokbench import audit, cli
 
 
 def no_max_shift(logits, labels):
@@ -137,11 +137,7 @@ def test_options_pass_ours_and_fail_the_naive_ones_past_their_cliffs(
 ):
     # issue 31: the naive z-loss CE collapses at the dtype's cliff (q_t rounds to 1 and
     # 1 + 2 w lse to 1); the soft-capped standard CE where the capped margin reaches it,
-    # m = 30 atanh(16.6355 / 30) = 18.746 in fp32. With fused multiply-add (as recorded,
-    # m = 18.70459) XLA's softmax rounds q_t to 1 a capped margin 0.029 earlier; without it
-    # (XLA at SSE4_2 or AVX) the first zero is that m itself, 18.746447.
-    if name == "soft_cap" and not runtime.has_fma():
-        cliff = "target gradient: exactly 0 from m=18.746447"
+    # m = 30 atanh(16.6355 / 30) = 18.746 in fp32.
     module = "tests.grokbench.test_audit_cli"
     fixed = "fixed_" + name
     assert cli.main(["audit", f"{module}:{fixed}", "--dtypes", dtype, "--quick"]) == 0
