@@ -132,8 +132,8 @@ def standard_soft_cap(logits, labels):
 def _capped_cliff_bracket() -> tuple[float, float]:
     """The two quick fp32 sweep margins either side of the soft-capped cliff.
 
-    Where the capped margin 30 tanh(m / 30) reaches 24 ln 2 = 16.6355, e^-m rounds away
-    against 1 in float32 and the standard CE's target gradient q_t - 1 is 0: at
+    Where the capped margin c = 30 tanh(m / 30) reaches 24 ln 2 = 16.6355, e^-c rounds
+    away against 1 in float32 and the standard CE's target gradient q_t - 1 is 0: at
     m = 30 atanh(24 ln 2 / 30) = 18.7464. The audit finds the first zero on its margin
     sweep and bisects between that margin and the one before. Bisection lands on the
     threshold only where the gradient is 0 from its first zero on, which depends on the
