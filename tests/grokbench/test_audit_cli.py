@@ -140,9 +140,9 @@ def _capped_cliff_bracket() -> tuple[float, float]:
     compiled program: where XLA fuses 30 tanh(z / 30) - max into one fused multiply-add,
     the target's shifted logit is the product's rounding residual (about 1e-6), not 0,
     so near the cliff the gradient is 0 at some margins and not at others, and bisection
-    returns one of those zeros. So the test asks for the sweep's resolution, which does not
-    depend on where the zeros fall: the reported margin lies between the sweep margins
-    either side of the cliff.
+    returns one of those zeros. So the test asks only that the reported margin lie between
+    the sweep margins either side of the cliff (the audit's resolution), not for a value
+    to the last digit.
     """
     cliff = 30.0 * math.atanh(24.0 * math.log(2.0) / 30.0)
     m = margin_sweep(np.float32, True).astype(np.float64)
