@@ -4,6 +4,7 @@ signature, on each case (a raise is a finding, not a crash), and on NaN."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -79,20 +80,107 @@ def run_or_fail(tally: Tally, run: Callable, what: str, *args):
         return None
 
 
-def first_spurious_zero(tally, computed, exact, m, at_margin) -> float | None:
-    """First margin in `m` where `computed` is 0 though |exact| is a normal number,
-    refined to the exact representable margin by bisection on bit patterns
-    (`at_margin(m)` evaluates one margin); None if there is none."""
-    tiny = float(ml_dtypes.finfo(tally.dtype).smallest_normal)
-    dead = (np.asarray(computed, np.float64) == 0) & (
-        np.abs(np.asarray(exact).astype(np.float64)) >= tiny
-    )
+SCAN_LIMIT = 1 << 18
+"""Brackets of at most this many representable margins are searched value by value."""
+
+
+class Zeros(NamedTuple):
+    """Where a function of the margin sweep is 0 though its exact value is normal."""
+
+    start: float  # the first margin of the zero run reported, exact to the representable
+    for_good: bool  # 0 at every margin from `start` to the sweep's end
+    again: float | None  # not for good: the first sweep margin above `start` where it is not
+    lowest: float | None  # a lower margin where it was 0 already (scattered zeros), if seen
+
+
+def spurious_zeros(dtype, computed, exact, m, at_margins) -> Zeros | None:
+    """Where `computed` is 0 though |exact| is a normal number; None if nowhere.
+
+    The run reported is the final one if `computed` is 0 from some margin to the sweep's
+    end (`for_good`), else the one holding the sweep's first spurious zero (it is nonzero
+    again from `again` at the latest). A gradient need not turn 0 once and stay 0: where
+    XLA fuses a multiply and a subtract (fused multiply-add), a shifted logit can be a
+    rounding residual instead of 0, and the softmax rounds to 1 at some margins and not
+    at their neighbours, up to where it does at all of them; a z-loss gradient is 0 over
+    a window and then grows again. So the run's start is not found by a bisection for
+    the first zero, which can land on a scattered one: below the sweep's first point of
+    the run, back to the sweep's point before it, every representable margin is
+    evaluated where there are at most `SCAN_LIMIT` (float8, bf16, fp16, and float32's
+    quick brackets), and otherwise a bisection is followed by probes above the zero it
+    found, again until no probe is nonzero. Evaluations use the sweep's own shape.
+
+    Args:
+      dtype: the margins' dtype.
+      computed, exact: the function's values over the sweep `m`, and the exact ones.
+      m: the sweep's margins, ascending.
+      at_margins: 1-D margins of `dtype` -> the function's values there (1-D).
+    """
+    dtype = np.dtype(dtype)
+    tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
+    computed = np.asarray(computed, np.float64)
+    normal = np.abs(np.asarray(exact).astype(np.float64)) >= tiny
+    dead = (computed == 0) & normal
     if not dead.any():
         return None
-    i = int(np.flatnonzero(dead)[0])
+    live = np.flatnonzero((computed != 0) & normal)
+    first = int(np.flatnonzero(dead)[0])
+    final = np.flatnonzero(dead & (np.arange(len(m)) > (live[-1] if len(live) else -1)))
+    i = int(final[0]) if len(final) else first
+    again = None if len(final) else float(m[live[live > i][0]])
+    lowest = float(m[first]) if first < i else None
     if i == 0 or m[i - 1] <= 0:
-        return float(m[i])
-    return first_zero(at_margin, float(m[i - 1]), float(m[i]), tally.dtype)
+        return Zeros(float(m[i]), again is None, again, lowest)
+    below = live[live < i]
+    lo = float(m[below[-1]]) if len(below) else float(m[i - 1])
+    start, seen = _run_start(dtype, lo, float(m[i]), at_margins, len(m))
+    if seen is not None and seen < start:
+        lowest = seen if lowest is None else min(lowest, seen)
+    return Zeros(start, again is None, again, lowest)
+
+
+def _run_start(dtype, lo, hi, at_margins, batch) -> tuple[float, float | None]:
+    """Where the run of zeros holding `hi` starts, `at_margins(lo)` nonzero; and the
+    lowest zero seen below it."""
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
+
+    def as_float(bits):
+        return float(np.array(int(bits), uint).view(dtype))
+
+    def values(bits):  # margins given as bit patterns -> computed values there
+        bits = np.asarray(bits, np.uint64)
+        padded = np.concatenate([bits, np.full(batch - len(bits), bits[-1], np.uint64)])
+        out = np.asarray(at_margins(padded.astype(uint).view(dtype)), np.float64)
+        return out[: len(bits)]
+
+    if high - low <= SCAN_LIMIT:
+        top = high
+        while top > low:  # from the top down: the run starts after the first nonzero
+            bits = np.arange(max(low + 1, top - batch + 1), top + 1, dtype=np.uint64)
+            got = values(bits)
+            nonzero = np.flatnonzero(got != 0)
+            if len(nonzero):
+                below = bits[: nonzero[-1]][got[: nonzero[-1]] == 0]
+                return as_float(bits[nonzero[-1]] + 1), as_float(below[0]) if len(below) else None
+            top = int(bits[0]) - 1
+        return as_float(low + 1), None
+
+    def single(v):
+        return values(np.asarray(v).view(uint).astype(np.uint64))[0]
+
+    seen = None
+    for _ in range(64):
+        start = int(np.array(first_zero(single, lo, hi, dtype), dtype).view(uint))
+        near = np.arange(start + 1, min(start + batch // 2, high) + 1, dtype=np.uint64)
+        spread = np.linspace(start + 1, high, max(batch - len(near), 1))
+        spread = np.minimum(spread.astype(np.uint64), np.uint64(high))
+        probes = np.unique(np.concatenate([near, spread]))
+        nonzero = np.flatnonzero(values(probes) != 0) if len(probes) else []
+        if not len(nonzero):
+            break
+        seen = as_float(start) if seen is None else min(seen, as_float(start))
+        lo = as_float(probes[nonzero[-1]])
+    return as_float(start), seen
 
 
 def nan_propagation(tally, run, kind, dtype) -> bool:

@@ -183,8 +183,8 @@ def _check_margin_sweep(tally, run, reference, b: _Bounds, quick: bool):
     if b.zero_sum:
         tally.grad_sums(grad, np.full(len(m), b.grad), name_margin)
 
-    def at_margin(mi):  # (loss, gradient) at logits [m, 0]
-        return run(np.array([[mi[0], 0]], dtype), np.zeros(1, np.int32))
+    def at_margins(mi):  # (loss, gradient) at logits [m, 0] for each m in mi
+        return run(np.stack([mi, np.zeros_like(mi)], -1), np.zeros(len(mi), np.int32))
 
     exact_t = exact_grad[:, 0]
     if scale is not None:
@@ -192,18 +192,18 @@ def _check_margin_sweep(tally, run, reference, b: _Bounds, quick: bool):
         # there is within the bound and no collapse.
         ulp_scale = oracle.ulp(scale[:, 0], dtype) * (b.grad + grad_cond[:, 0])
         exact_t = np.where(np.abs(exact_t.astype(np.float64)) > ulp_scale, exact_t, 0.0)
-    dies = calls.first_spurious_zero(tally, grad[:, 0], exact_t, m, lambda v: at_margin(v)[1][0, 0])
-    zero = calls.first_spurious_zero(tally, loss, exact_loss, m, lambda v: at_margin(v)[0][0])
-    for what, at in (("target gradient", dies), ("loss", zero)):
-        if at is not None:
-            exact_at = reference(np.array([[at, 0.0]]), np.zeros(1, int))
-            fail_zero_from(
-                tally,
-                what,
-                at,
-                exact_at[1][0, 0] if what != "loss" else exact_at[0][0],
-                _capped_cliff(dtype, soft_cap),
-            )
+    found = {
+        "target gradient": calls.spurious_zeros(
+            dtype, grad[:, 0], exact_t, m, lambda v: np.asarray(at_margins(v)[1])[:, 0]
+        ),
+        "loss": calls.spurious_zeros(dtype, loss, exact_loss, m, lambda v: at_margins(v)[0]),
+    }
+    for what, zeros in found.items():
+        if zeros is not None:
+            exact_at = reference(np.array([[zeros.start, 0.0]]), np.zeros(1, int))
+            exact_at = exact_at[1][0, 0] if what != "loss" else exact_at[0][0]
+            fail_zero_from(tally, what, zeros, exact_at, _capped_cliff(dtype, soft_cap))
+    dies, zero = (None if z is None else z.start for z in found.values())
     return dies, zero
 
 

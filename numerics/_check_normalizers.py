@@ -54,23 +54,31 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
                 tally.compare(what, "grad", grad[:, j], exact_grad[:, j], grad_base, x, name_margin)
             tally.grad_sums(grad, np.full(len(m), grad_base), name_margin)
 
-            def at_margin(mi):  # (output, gradient) at x = [m, 0], cotangent [1, 0]
-                return run(np.array([[mi[0], 0]], dtype), np.array([[1, 0]], dtype))
+            def at_margins(mi):  # (output, gradient) at x = [m, 0], cotangent [1, 0]
+                one = np.zeros((len(mi), 2), dtype)
+                one[:, 0] = 1
+                return run(np.stack([mi, np.zeros_like(mi)], -1), one)
 
-            dies = calls.first_spurious_zero(
-                tally, grad[:, 0], exact_grad[:, 0], m, lambda v: at_margin(v)[1][0, 0]
-            )
-            if dies is not None:
-                exact_at = reference_vjp(np.array([[dies, 0.0]]), np.array([[1.0, 0.0]]))[0, 0]
-                fail_zero_from(tally, f"d {kind}[0] / dx0", dies, exact_at)
-            if log:
-                zero = calls.first_spurious_zero(
-                    tally, out[:, 0], exact[:, 0], m, lambda v: at_margin(v)[0][0, 0]
+            found = {
+                f"d {kind}[0] / dx0": calls.spurious_zeros(
+                    dtype, grad[:, 0], exact_grad[:, 0], m, lambda v: at_margins(v)[1][:, 0]
                 )
-                if zero is not None:
-                    fail_zero_from(
-                        tally, f"{kind}[0]", zero, reference(np.array([[zero, 0.0]]))[0, 0]
-                    )
+            }
+            if log:
+                found[f"{kind}[0]"] = calls.spurious_zeros(
+                    dtype, out[:, 0], exact[:, 0], m, lambda v: at_margins(v)[0][:, 0]
+                )
+            for what, zeros in found.items():
+                if zeros is None:
+                    continue
+                where = np.array([[zeros.start, 0.0]])
+                if what.startswith("d "):
+                    exact_at = reference_vjp(where, np.array([[1.0, 0.0]]))[0, 0]
+                else:
+                    exact_at = reference(where)[0, 0]
+                fail_zero_from(tally, what, zeros, exact_at)
+            starts = [None if z is None else z.start for z in found.values()]
+            dies, zero = starts[0], (starts[1] if log else None)
         for case in cases.random_cases(quick, dtype=dtype):
             x, _ = cases.plant_rows(case, dtype, 2, seed=1)
             k = case[0]

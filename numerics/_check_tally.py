@@ -32,8 +32,8 @@ class CheckResult:
     grad_bound: float  # the bound at that element
     grad_at: str  # where it was
     cliff: float  # precision_cliff(dtype)
-    grad_dies_at: float | None  # first margin m (logits [m, 0]) whose target gradient is 0
-    # though the exact one is a normal number; None: never (ce, softmax, log_softmax)
+    grad_dies_at: float | None  # margin m (logits [m, 0]) from which the target gradient is
+    # 0 though the exact one is a normal number; None: never (ce, softmax, log_softmax)
     value_zero_at: float | None  # the same for the loss (log_softmax: its entry 0)
     grad_sum_error: float  # worst |sum_k g_k| / (eps * sum_k |g_k|) over rows
     zero_at_teacher: bool | None  # soft-target: gradient exactly 0 at student == teacher
@@ -188,11 +188,20 @@ class Tally:
         )
 
 
-def fail_zero_from(tally, what, at, exact_at, note: str = "") -> None:
-    """Record that `what` is exactly 0 from the margin `at` on, where the exact value is
-    `exact_at`: the collapse of a check's margin sweep, named against the cliff."""
+def fail_zero_from(tally, what, zeros, exact_at, note: str = "") -> None:
+    """Record that `what` is exactly 0 from the margin `zeros.start`, where the exact value
+    is `exact_at`: the collapse of a check's margin sweep, named against the cliff
+    (`zeros`: a `numerics._check_calls.Zeros`)."""
+    after = ""
+    if not zeros.for_good:
+        after = f", and nonzero again at larger margins (at m={zeros.again:.8g})"
+    if zeros.lowest is not None:
+        after += (
+            f"; 0 already at scattered margins below it (the lowest seen: m={zeros.lowest:.8g})"
+        )
     tally.fail(
         f"{what} is 0",
-        f"{what}: exactly 0 from m={at:.8g} (logits [m, 0]; precision cliff "
-        f"{precision_cliff(tally.dtype):.8g}{note}) where the exact value is {exact_at:.4g}",
+        f"{what}: exactly 0 from m={zeros.start:.8g} (logits [m, 0]; precision cliff "
+        f"{precision_cliff(tally.dtype):.8g}{note}) where the exact value is "
+        f"{exact_at:.4g}{after}",
     )
