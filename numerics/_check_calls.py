@@ -83,12 +83,16 @@ def run_or_fail(tally: Tally, run: Callable, what: str, *args):
 SCAN_LIMIT = 1 << 18
 """Brackets of at most this many representable margins are searched value by value."""
 
+QUIET = 1 << 17
+"""Above a final zero run's first sweep point every representable margin is evaluated up to
+this many past the last nonzero one found (all of bf16 and fp16; float32 at m = 18: 0.25)."""
+
 
 class Zeros(NamedTuple):
     """Where a function of the margin sweep is 0 though its exact value is normal."""
 
     start: float  # the first margin of the zero run reported, exact to the representable
-    for_good: bool  # 0 at every margin from `start` to the sweep's end
+    for_good: bool  # 0 from `start` to the sweep's end (checked as `spurious_zeros` says)
     again: float | None  # not for good: the first sweep margin above `start` where it is not
     lowest: float | None  # a lower margin where it was 0 already (scattered zeros), if seen
 
@@ -107,7 +111,10 @@ def spurious_zeros(dtype, computed, exact, m, at_margins) -> Zeros | None:
     the run, back to the sweep's point before it, every representable margin is
     evaluated where there are at most `SCAN_LIMIT` (float8, bf16, fp16, and float32's
     quick brackets), and otherwise a bisection is followed by probes above the zero it
-    found, again until no probe is nonzero. Evaluations use the sweep's own shape.
+    found, again until no probe is nonzero. A final run is checked above that point too,
+    every representable margin until `QUIET` in a row give 0 (float64: a sliver), and
+    beyond at the sweep's margins: nonzero margins between the sweep's points move its
+    start up. Every call uses the sweep's own shape, so the program is the sweep's.
 
     Args:
       dtype: the margins' dtype.
@@ -133,9 +140,37 @@ def spurious_zeros(dtype, computed, exact, m, at_margins) -> Zeros | None:
     below = live[live < i]
     lo = float(m[below[-1]]) if len(below) else float(m[i - 1])
     start, seen = _run_start(dtype, lo, float(m[i]), at_margins, len(m))
+    if again is None:  # a final run: nonzero margins between the sweep's points above it?
+        top = float(m[np.flatnonzero(normal)[-1]])
+        last = _last_nonzero(dtype, float(m[i]), top, at_margins, len(m))
+        if last is not None:
+            seen, start = start, _next_up(last, dtype)
     if seen is not None and seen < start:
         lowest = seen if lowest is None else min(lowest, seen)
     return Zeros(start, again is None, again, lowest)
+
+
+def _next_up(x: float, dtype) -> float:
+    return float(np.nextafter(np.asarray(x, dtype), np.asarray(np.inf, dtype)))
+
+
+def _last_nonzero(dtype, lo, hi, at_margins, batch) -> float | None:
+    """The largest margin in (lo, hi] where `at_margins` is not 0, searched upward until
+    `QUIET` representable margins in a row give 0; None if none does. Calls use the sweep's
+    shape (`batch` margins): XLA may compile another shape to other roundings (bf16
+    log_softmax at 65,536 rows keeps float32 intermediates that 597 rows do not)."""
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
+    last, at = None, low
+    while at < high and at - (low if last is None else last) < QUIET:
+        bits = np.arange(at + 1, min(at + batch, high) + 1, dtype=np.uint64)
+        padded = np.concatenate([bits, np.full(batch - len(bits), bits[-1], np.uint64)])
+        got = np.asarray(at_margins(padded.astype(uint).view(dtype)), np.float64)[: len(bits)]
+        nonzero = np.flatnonzero(got != 0)
+        if len(nonzero):
+            last = int(bits[nonzero[-1]])
+        at = int(bits[-1])
+    return None if last is None else float(np.array(last, uint).view(dtype))
 
 
 def _run_start(dtype, lo, hi, at_margins, batch) -> tuple[float, float | None]:

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from numerics._check_calls import SCAN_LIMIT, Zeros, spurious_zeros
+from numerics._check_calls import QUIET, SCAN_LIMIT, Zeros, spurious_zeros
 
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 DTYPES = (
@@ -102,6 +102,48 @@ def test_scattered_zeros_far_below_the_cliff_in_float64():
     assert got.start == _final_run(f, cliff, dtype) and got.for_good
     assert got.lowest is not None and scattered <= got.lowest < got.start
     assert len(calls) < 64 * 70  # bounded: each round is one bisection and one probe
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:3], ids=lambda d: d.name)
+def test_nonzero_margins_between_the_sweep_points_above_move_the_start(dtype):
+    # zeros at every 3rd value from 15 up to 20 and at all from 20 on: the sweep's points
+    # from its first zero on are all 0 (chosen so), but between them the function is
+    # nonzero up to just below 20 (every 3rd value: far closer than QUIET apart), so it is
+    # 0 for good from there only
+    cliff = 20.0
+    f = _fn(dtype, cliff, 15.0)
+    uint = UINT[dtype.itemsize]
+    mid = _bits(np.linspace(15.5, 19.5, 12), dtype)
+    mid = (mid - mid % 3).astype(uint).view(dtype)  # on the scattered zeros
+    m = np.unique(
+        np.concatenate(
+            [np.linspace(0.5, 14.5, 60).astype(dtype), mid, np.linspace(20, 40, 40).astype(dtype)]
+        )
+    )
+    assert (f(m)[m > 15] == 0).all() and (f(m)[m < 15] != 0).all()
+    got = spurious_zeros(dtype, f(m), np.ones(len(m)), m, f)
+    assert got[:3] == (_final_run(f, cliff, dtype), True, None)
+    assert got.lowest is not None and got.lowest < 20
+    assert QUIET >= 3
+
+
+def test_a_lone_nonzero_margin_past_the_quiet_stretch_is_not_seen():
+    # the check above a final run stops QUIET zeros after the last nonzero margin: a
+    # function nonzero again further up, between the sweep's points, is not seen (the
+    # documented limit), while one within the stretch is
+    dtype = np.dtype(np.float32)
+    m = np.array([10.0, 11.0, 12.0, 40.0], dtype)
+    for gap, seen in ((QUIET - 10, True), (QUIET + 10, False)):
+        lone = _bits(11.0, dtype) + gap
+
+        def f(v, lone=lone):
+            bits = _bits(v, dtype)
+            return np.where((v <= 10.0) | (bits == lone), -1.0, 0.0)
+
+        got = spurious_zeros(dtype, f(m), np.ones(len(m)), m, f)
+        after_ten = float(np.nextafter(np.float32(10), np.float32(11)))
+        want = float(np.array(lone + 1).astype(np.uint32).view(dtype)) if seen else after_ten
+        assert got.for_good and got.start == want, (gap, got)
 
 
 def test_a_window_of_zeros_is_reported_with_where_it_ends():
