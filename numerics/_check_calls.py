@@ -158,7 +158,7 @@ def _last_nonzero(dtype, lo, hi, at_margins, batch) -> float | None:
     """The largest margin in (lo, hi] where `at_margins` is not 0, searched upward until
     `QUIET` representable margins in a row give 0; None if none does. Calls use the sweep's
     shape (`batch` margins): XLA may compile another shape to other roundings (bf16
-    log_softmax at 65,536 rows keeps float32 intermediates that 597 rows do not)."""
+    `jax.nn.log_softmax` at 65,536 rows is nonzero at m = 5.625, at 597 rows 0)."""
     uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
     low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
     last, at = None, low
