@@ -133,18 +133,11 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
             where = f"V={v} chunk={chunk}"
             bound = 1 if dtype.itemsize == 2 else value
             assert_ulp_close(loss, np.asarray(loss_m, np.float64), bound, dtype, err_msg=where)
-            # d hidden = g w^T and d weight = h^T g: they agree to the gradients' bound plus
-            # log2 of the terms summed, in ulps of the sum of the terms' magnitudes (16-bit:
-            # 1 ulp, both rounding float32 sums). A gradient entry is accurate to the scale
-            # of the terms it is formed from, not to its own size (the error model of the
-            # mpmath test below and of `numerics.testing.option_conditioning`): with label
-            # smoothing q_j - alpha / V cancels, and the chunked and the materialized S,
-            # each within its bound, give entries whose difference is a few ulps of
-            # alpha / V. So each |g_ij| counts here as the larger of itself and that scale.
-            h64, w64 = hidden.astype(np.float64), weight.astype(np.float64)
-            scale = testing.option_conditioning(h64 @ w64, np.asarray(labels), **opts)[2]
-            g = np.maximum(np.abs(np.asarray(g, np.float64)), scale)
-            h_abs, w_abs = np.abs(h64), np.abs(w64)
+            # d hidden = g w^T and d weight = h^T g, from the same rounded g in both: they
+            # agree to the gradients' bound plus log2 of the terms summed, in ulps of the
+            # sum of the terms' magnitudes (16-bit: 1 ulp, both rounding float32 sums).
+            g = np.abs(np.asarray(g, np.float64))
+            h_abs, w_abs = np.abs(hidden.astype(np.float64)), np.abs(weight.astype(np.float64))
             for got, want, size, k in ((dh, dh_m, g @ w_abs.T, v), (dw, dw_m, h_abs.T @ g, n)):
                 ulps = _dot_ulps(got, want, size, dtype)
                 limit = (1 if dtype.itemsize == 2 else grad) + np.log2(max(k, 2))
