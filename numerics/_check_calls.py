@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from numerics._check_tally import SignatureError, Tally
-from numerics._cliffs import first_zero
+from numerics._cliffs import bits_type, first_zero
 
 PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
 """The kinds called as fn(student_logits, teacher_logits) -> per-row losses."""
@@ -139,83 +139,82 @@ def spurious_zeros(dtype, computed, exact, m, at_margins) -> Zeros | None:
         return Zeros(float(m[i]), again is None, again, lowest)
     below = live[live < i]
     lo = float(m[below[-1]]) if len(below) else float(m[i - 1])
-    start, seen = _run_start(dtype, lo, float(m[i]), at_margins, len(m))
+    low, high = _to_bits(lo, dtype), _to_bits(m[i], dtype)
+    start, seen = _run_start(dtype, low, high, at_margins, len(m))
     if again is None:  # a final run: nonzero margins between the sweep's points above it?
-        top = float(m[np.flatnonzero(normal)[-1]])
-        last = _last_nonzero(dtype, float(m[i]), top, at_margins, len(m))
+        top = _to_bits(m[np.flatnonzero(normal)[-1]], dtype)
+        last = _last_nonzero(dtype, high, top, at_margins, len(m))
         if last is not None:
-            seen, start = start, _next_up(last, dtype)
+            seen, start = start, last + 1
+    start, seen = _from_bits(start, dtype), None if seen is None else _from_bits(seen, dtype)
     if seen is not None and seen < start:
         lowest = seen if lowest is None else min(lowest, seen)
     return Zeros(start, again is None, again, lowest)
 
 
-def _next_up(x: float, dtype) -> float:
-    return float(np.nextafter(np.asarray(x, dtype), np.asarray(np.inf, dtype)))
+def _to_bits(x, dtype) -> int:
+    return int(np.array(x, dtype).view(bits_type(dtype)))
 
 
-def _last_nonzero(dtype, lo, hi, at_margins, batch) -> float | None:
-    """The largest margin in (lo, hi] where `at_margins` is not 0, searched upward until
-    `QUIET` representable margins in a row give 0; None if none does. Calls use the sweep's
-    shape (`batch` margins): XLA may compile another shape to other roundings (bf16
+def _from_bits(bits: int, dtype) -> float:
+    return float(np.array(int(bits), bits_type(dtype)).view(dtype))
+
+
+def _values_at(at_margins, bits: np.ndarray, dtype, batch: int) -> np.ndarray:
+    """`at_margins` at the margins whose bit patterns are `bits` (at most `batch`), padded
+    to the sweep's shape `batch`: XLA may compile another shape to other roundings (bf16
     `jax.nn.log_softmax` at 65,536 rows is nonzero at m = 5.625, at 597 rows 0)."""
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
-    low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
+    padded = np.concatenate([bits, np.full(batch - len(bits), bits[-1], bits.dtype)])
+    out = at_margins(padded.astype(bits_type(dtype)).view(dtype))
+    return np.asarray(out, np.float64)[: len(bits)]
+
+
+def _last_nonzero(dtype, low: int, high: int, at_margins, batch: int) -> int | None:
+    """The largest bit pattern in (low, high] where `at_margins` is not 0, searched upward
+    until `QUIET` representable margins in a row give 0; None if none does."""
     last, at = None, low
     while at < high and at - (low if last is None else last) < QUIET:
         bits = np.arange(at + 1, min(at + batch, high) + 1, dtype=np.uint64)
-        padded = np.concatenate([bits, np.full(batch - len(bits), bits[-1], np.uint64)])
-        got = np.asarray(at_margins(padded.astype(uint).view(dtype)), np.float64)[: len(bits)]
-        nonzero = np.flatnonzero(got != 0)
+        nonzero = np.flatnonzero(_values_at(at_margins, bits, dtype, batch) != 0)
         if len(nonzero):
             last = int(bits[nonzero[-1]])
         at = int(bits[-1])
-    return None if last is None else float(np.array(last, uint).view(dtype))
+    return last
 
 
-def _run_start(dtype, lo, hi, at_margins, batch) -> tuple[float, float | None]:
-    """Where the run of zeros holding `hi` starts, `at_margins(lo)` nonzero; and the
-    lowest zero seen below it."""
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
-    low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
-
-    def as_float(bits):
-        return float(np.array(int(bits), uint).view(dtype))
-
-    def values(bits):  # margins given as bit patterns -> computed values there
-        bits = np.asarray(bits, np.uint64)
-        padded = np.concatenate([bits, np.full(batch - len(bits), bits[-1], np.uint64)])
-        out = np.asarray(at_margins(padded.astype(uint).view(dtype)), np.float64)
-        return out[: len(bits)]
-
+def _run_start(dtype, low: int, high: int, at_margins, batch: int) -> tuple[int, int | None]:
+    """Where the run of zeros holding the bit pattern `high` starts, `at_margins` nonzero at
+    `low`; and the lowest zero seen below it (bit patterns)."""
     if high - low <= SCAN_LIMIT:
         top = high
         while top > low:  # from the top down: the run starts after the first nonzero
             bits = np.arange(max(low + 1, top - batch + 1), top + 1, dtype=np.uint64)
-            got = values(bits)
+            got = _values_at(at_margins, bits, dtype, batch)
             nonzero = np.flatnonzero(got != 0)
             if len(nonzero):
                 below = bits[: nonzero[-1]][got[: nonzero[-1]] == 0]
-                return as_float(bits[nonzero[-1]] + 1), as_float(below[0]) if len(below) else None
+                return int(bits[nonzero[-1]]) + 1, int(below[0]) if len(below) else None
             top = int(bits[0]) - 1
-        return as_float(low + 1), None
+        return low + 1, None
 
     def single(v):
-        return values(np.asarray(v).view(uint).astype(np.uint64))[0]
+        bits = np.asarray(v).view(bits_type(dtype)).astype(np.uint64)
+        return _values_at(at_margins, bits, dtype, batch)[0]
 
-    seen = None
+    seen, lo = None, _from_bits(low, dtype)
     for _ in range(64):
-        start = int(np.array(first_zero(single, lo, hi, dtype), dtype).view(uint))
+        start = _to_bits(first_zero(single, lo, _from_bits(high, dtype), dtype), dtype)
         near = np.arange(start + 1, min(start + batch // 2, high) + 1, dtype=np.uint64)
         spread = np.linspace(start + 1, high, max(batch - len(near), 1))
         spread = np.minimum(spread.astype(np.uint64), np.uint64(high))
         probes = np.unique(np.concatenate([near, spread]))
-        nonzero = np.flatnonzero(values(probes) != 0) if len(probes) else []
+        got = _values_at(at_margins, probes, dtype, batch) if len(probes) else np.zeros(0)
+        nonzero = np.flatnonzero(got != 0)
         if not len(nonzero):
             break
-        seen = as_float(start) if seen is None else min(seen, as_float(start))
-        lo = as_float(probes[nonzero[-1]])
-    return as_float(start), seen
+        seen = start if seen is None else min(seen, start)
+        lo = _from_bits(probes[nonzero[-1]], dtype)
+    return start, seen
 
 
 def nan_propagation(tally, run, kind, dtype) -> bool:

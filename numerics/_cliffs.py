@@ -20,6 +20,12 @@ def _float_dtype(dtype) -> np.dtype:
     return dtype
 
 
+def bits_type(dtype) -> type:
+    """The unsigned integer type of `dtype`'s bit patterns: positive floats order like
+    their bit patterns, so consecutive patterns are consecutive representable values."""
+    return {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+
+
 def precision_cliff(dtype) -> float:
     """Margin past which `1 + exp(-m)` rounds to exactly 1 in `dtype`.
 
@@ -96,7 +102,7 @@ def first_zero(fn: Callable, lo: float, hi: float, dtype) -> float:
     dtype = _float_dtype(dtype)
     if not 0.0 <= lo < hi:
         raise ValueError(f"need 0 <= lo < hi; got lo={lo}, hi={hi}.")
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    uint = bits_type(dtype)
     low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
     while high - low > 1:
         mid = (low + high) // 2

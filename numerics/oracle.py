@@ -22,6 +22,8 @@ import ml_dtypes
 import mpmath
 import numpy as np
 
+from numerics._cliffs import bits_type
+
 PRECISION_BITS = 256  # far beyond fp64's 53 bits: rounding here never shows in a test
 
 
@@ -532,7 +534,7 @@ def representable_values(dtype) -> np.ndarray:
 def ulp_window(center: float, dtype, half_width: int) -> np.ndarray:
     """The 2 * half_width + 1 consecutive values of `dtype` around `center`."""
     dtype = np.dtype(dtype)
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    uint = bits_type(dtype)
     start = int(np.array(center, dtype).view(uint))
     bits = np.arange(start - half_width, start + half_width + 1, dtype=np.int64).astype(uint)
     return bits.view(dtype)
