@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from numerics._check_calls import QUIET, SCAN_LIMIT, Zeros, spurious_zeros
+from numerics._cliffs import bits_type
 
-UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 DTYPES = (
     np.dtype(ml_dtypes.bfloat16),
     np.dtype(np.float16),
@@ -22,7 +22,7 @@ DTYPES = (
 
 
 def _bits(x, dtype):
-    return np.asarray(x, dtype).view(UINT[dtype.itemsize]).astype(np.int64)
+    return np.asarray(x, dtype).view(bits_type(dtype)).astype(np.int64)
 
 
 def _fn(dtype, cliff, scattered_from=None, every=3, live_again=None):
@@ -58,7 +58,7 @@ def _search(dtype, f, lo=0.5, hi=40.0, points=129):
 
 
 def _ulps_below(x, n, dtype):
-    return float(np.array(_bits(x, dtype) - n).astype(UINT[dtype.itemsize]).view(dtype))
+    return float(np.array(_bits(x, dtype) - n).astype(bits_type(dtype)).view(dtype))
 
 
 def _final_run(f, cliff, dtype):
@@ -112,7 +112,7 @@ def test_nonzero_margins_between_the_sweep_points_above_move_the_start(dtype):
     # 0 for good from there only
     cliff = 20.0
     f = _fn(dtype, cliff, 15.0)
-    uint = UINT[dtype.itemsize]
+    uint = bits_type(dtype)
     mid = _bits(np.linspace(15.5, 19.5, 12), dtype)
     mid = (mid - mid % 3).astype(uint).view(dtype)  # on the scattered zeros
     m = np.unique(
