@@ -106,6 +106,13 @@ def main() -> None:
     parser.add_argument("--batch", metavar="RECIPE", help="time batch sizes of this recipe")
     parser.add_argument("--sizes", default="1,2,4", help="batch sizes for --batch")
     args = parser.parse_args()
+    unknown = [
+        r for r in [*args.recipes.split(","), args.batch or ""] if r and r not in recipes.RECIPES
+    ]
+    if unknown:
+        parser.error(f"unknown recipe(s) {', '.join(unknown)}; known: {', '.join(recipes.RECIPES)}")
+    if args.batch and recipes.expand(recipes.RECIPES[args.batch], quick=True)[0].teacher_steps:
+        parser.error(f"{args.batch} distills (grokbench.distill): not an engine recipe")
     if args.batch:
         batch_sizes(args.batch, [int(s) for s in args.sizes.split(",")], args.steps)
     else:
