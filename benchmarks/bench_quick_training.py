@@ -3,11 +3,12 @@
 The quick runs of every recipe a figure's build makes (`figures.registry.figure_of`; runs
 shared by two recipes once; the distillation runs of fig7 left out: they train through
 `grokbench.distill`, and the quant lab is not an engine recipe) are split into the engine's
-shape groups (`grokbench.config.group_runs`), each batched as the build batches it (padded
-and sharded over one host device per core). Per group, one chunk of at most --steps steps
-(whole evaluation blocks) is run to compile and warm up, then timed; the floor is the group's
-steps times the measured time per step, summed: what the build's training costs on this
-machine with every program already compiled and no Python, store or figure work at all.
+shape groups (`grokbench.config.group_runs`; the build groups each recipe's runs alike),
+padded and sharded over one host device per core as the engine does. Per group, one chunk
+of at most --steps steps (whole evaluation blocks) is run to compile and warm up, then
+timed; the floor is the group's steps times the measured time per step, summed: what the
+build's training costs on this machine with every program already compiled and no Python,
+store or figure work at all.
 Also printed: the cores busy (process CPU seconds over wall seconds) while the timed chunks
 ran.
 
