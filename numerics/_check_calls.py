@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from numerics._check_tally import SignatureError, Tally
-from numerics._cliffs import bits_type, first_zero
+from numerics._cliffs import bits_type, first_zero, from_bits, to_bits
 
 PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
 """The kinds called as fn(student_logits, teacher_logits) -> per-row losses."""
@@ -139,25 +139,17 @@ def spurious_zeros(dtype, computed, exact, m, at_margins) -> Zeros | None:
         return Zeros(float(m[i]), again is None, again, lowest)
     below = live[live < i]
     lo = float(m[below[-1]]) if len(below) else float(m[i - 1])
-    low, high = _to_bits(lo, dtype), _to_bits(m[i], dtype)
+    low, high = to_bits(lo, dtype), to_bits(m[i], dtype)
     start, seen = _run_start(dtype, low, high, at_margins, len(m))
     if again is None:  # a final run: nonzero margins between the sweep's points above it?
-        top = _to_bits(m[np.flatnonzero(normal)[-1]], dtype)
+        top = to_bits(m[np.flatnonzero(normal)[-1]], dtype)
         last = _last_nonzero(dtype, high, top, at_margins, len(m))
         if last is not None:
             seen, start = start, last + 1
-    start, seen = _from_bits(start, dtype), None if seen is None else _from_bits(seen, dtype)
+    start, seen = from_bits(start, dtype), None if seen is None else from_bits(seen, dtype)
     if seen is not None and seen < start:
         lowest = seen if lowest is None else min(lowest, seen)
     return Zeros(start, again is None, again, lowest)
-
-
-def _to_bits(x, dtype) -> int:
-    return int(np.array(x, dtype).view(bits_type(dtype)))
-
-
-def _from_bits(bits: int, dtype) -> float:
-    return float(np.array(int(bits), bits_type(dtype)).view(dtype))
 
 
 def _values_at(at_margins, bits: np.ndarray, dtype, batch: int) -> np.ndarray:
@@ -201,9 +193,9 @@ def _run_start(dtype, low: int, high: int, at_margins, batch: int) -> tuple[int,
         bits = np.asarray(v).view(bits_type(dtype)).astype(np.uint64)
         return _values_at(at_margins, bits, dtype, batch)[0]
 
-    seen, lo = None, _from_bits(low, dtype)
+    seen, lo = None, from_bits(low, dtype)
     for _ in range(64):
-        start = _to_bits(first_zero(single, lo, _from_bits(high, dtype), dtype), dtype)
+        start = to_bits(first_zero(single, lo, from_bits(high, dtype), dtype), dtype)
         near = np.arange(start + 1, min(start + batch // 2, high) + 1, dtype=np.uint64)
         spread = np.linspace(start + 1, high, max(batch - len(near), 1))
         spread = np.minimum(spread.astype(np.uint64), np.uint64(high))
@@ -213,7 +205,7 @@ def _run_start(dtype, low: int, high: int, at_margins, batch: int) -> tuple[int,
         if not len(nonzero):
             break
         seen = start if seen is None else min(seen, start)
-        lo = _from_bits(probes[nonzero[-1]], dtype)
+        lo = from_bits(probes[nonzero[-1]], dtype)
     return start, seen
 
 

@@ -26,6 +26,16 @@ def bits_type(dtype) -> type:
     return {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
 
 
+def to_bits(x, dtype) -> int:
+    """The bit pattern of `x` rounded to `dtype`, as a Python int."""
+    return int(np.array(x, dtype).view(bits_type(dtype)))
+
+
+def from_bits(bits: int, dtype) -> float:
+    """The `dtype` value whose bit pattern is `bits`, as a Python float."""
+    return float(np.array(int(bits), bits_type(dtype)).view(dtype))
+
+
 def precision_cliff(dtype) -> float:
     """Margin past which `1 + exp(-m)` rounds to exactly 1 in `dtype`.
 
@@ -102,12 +112,11 @@ def first_zero(fn: Callable, lo: float, hi: float, dtype) -> float:
     dtype = _float_dtype(dtype)
     if not 0.0 <= lo < hi:
         raise ValueError(f"need 0 <= lo < hi; got lo={lo}, hi={hi}.")
-    uint = bits_type(dtype)
-    low, high = (int(np.array(v, dtype).view(uint)) for v in (lo, hi))
+    low, high = to_bits(lo, dtype), to_bits(hi, dtype)
     while high - low > 1:
         mid = (low + high) // 2
-        if fn(np.array([mid], uint).view(dtype)) == 0:
+        if fn(np.array([mid], bits_type(dtype)).view(dtype)) == 0:
             high = mid
         else:
             low = mid
-    return float(np.array(high, uint).view(dtype))
+    return from_bits(high, dtype)
