@@ -40,6 +40,7 @@ import jax  # noqa: E402
 from figures import registry  # noqa: E402
 from grokbench import engine, recipes  # noqa: E402
 from grokbench.config import RunConfig, group_runs  # noqa: E402
+from grokbench.errors import ConfigError  # noqa: E402
 from grokbench.precision import precision_scope  # noqa: E402
 
 
@@ -107,11 +108,11 @@ def main() -> None:
     parser.add_argument("--batch", metavar="RECIPE", help="time batch sizes of this recipe")
     parser.add_argument("--sizes", default="1,2,4", help="batch sizes for --batch")
     args = parser.parse_args()
-    unknown = [
-        r for r in [*args.recipes.split(","), args.batch or ""] if r and r not in recipes.RECIPES
-    ]
-    if unknown:
-        parser.error(f"unknown recipe(s) {', '.join(unknown)}; known: {', '.join(recipes.RECIPES)}")
+    for name in [*args.recipes.split(","), *([args.batch] if args.batch else [])]:
+        try:
+            recipes.check_name(name, tuple(registry.builds()))
+        except ConfigError as e:
+            parser.error(str(e))
     if args.batch and recipes.expand(recipes.RECIPES[args.batch], quick=True)[0].teacher_steps:
         parser.error(f"{args.batch} distills (grokbench.distill): not an engine recipe")
     if args.batch:
