@@ -11,6 +11,13 @@ tolerance, and a status:
 Each figure module builds its rows with `claim_row`, from data or without it, so a claim that
 cannot be tested appears exactly as it does when tested, only with its reason. Nothing here
 trains: `Evidence` holds what the store already has.
+
+A verdict names the criteria that decided it. A row with one test has the one criterion
+`TOLERANCE` (its stated tolerance); a row whose tolerance joins several tests ("> 0 on every
+margin, within 16 eps of Eq. 4's value") passes `claim_row` a mapping of criterion -> passed,
+and the row records every criterion (`Row.criteria`) and the ones that failed (`Row.failed`).
+The report prints the failed ones, and the tests' must-fail cases assert which criterion each
+one breaks (tests/figures/test_claims.py).
 """
 
 from __future__ import annotations
@@ -24,16 +31,22 @@ import numpy as np
 
 from figures._common import Run
 
+Verdict = bool | Mapping[str, bool]
+"""What a row's check returns: one test's outcome, or each named criterion's."""
+
 __all__ = [
     "FAILS",
     "HOLDS",
     "NOT_TESTED",
+    "TOLERANCE",
     "Evidence",
     "Row",
     "claim_row",
+    "crossing",
     "finite",
     "grok_rate",
     "mean_std",
+    "measured",
     "per_seed",
     "pm",
     "seeds",
@@ -41,6 +54,9 @@ __all__ = [
 ]
 
 HOLDS, FAILS, NOT_TESTED = "holds", "fails", "not tested"
+
+TOLERANCE = "tolerance"
+"""The one criterion of a row whose verdict is a single test: its stated tolerance."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -54,6 +70,8 @@ class Row:
     tolerance: str
     status: str
     note: str = ""
+    criteria: tuple[str, ...] = ()  # what the verdict tested; () when not tested
+    failed: tuple[str, ...] = ()  # the criteria that failed; () unless the row fails
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +115,13 @@ def claim_row(
     paper: str,
     tolerance: str,
     ours: Callable[[], str] | str,
-    ok: Callable[[], bool] | bool | None,
+    ok: Callable[[], Verdict] | Verdict | None,
     why: str = "",
 ) -> Row:
     """A claim's row. `ok` None (no measurement) gives `not tested` with `why`; otherwise
-    `ok` (called if callable, so a check never runs on missing data) gives the verdict."""
+    `ok` (called if callable, so a check never runs on missing data) gives the verdict: a
+    bool (the one criterion `TOLERANCE`) or a mapping of criterion -> passed, every one
+    evaluated, the row holding when all pass and naming in its note those that failed."""
     if ok is None:
         return Row(
             claim=claim,
@@ -113,13 +133,20 @@ def claim_row(
             note=why,
         )
     verdict = ok() if callable(ok) else ok
+    checks = dict(verdict) if isinstance(verdict, Mapping) else {TOLERANCE: verdict}
+    if not checks or not all(isinstance(v, (bool, np.bool_)) for v in checks.values()):
+        raise TypeError(f"{claim!r}: a verdict is a bool or a mapping of criterion -> bool")
+    failed = tuple(name for name, passed in checks.items() if not passed)
     return Row(
         claim=claim,
         source=source,
         paper=paper,
         ours=ours() if callable(ours) else ours,
         tolerance=tolerance,
-        status=HOLDS if verdict else FAILS,
+        status=FAILS if failed else HOLDS,
+        note=f"failed: {'; '.join(failed)}" if failed and len(checks) > 1 else "",
+        criteria=tuple(checks),
+        failed=failed,
     )
 
 
@@ -156,6 +183,23 @@ def per_seed(runs: Sequence[Run], key: str) -> list | None:
     return values if runs and all(v is not None for v in values) else None
 
 
+def measured(summary: Mapping[str, Any] | None, *keys: str) -> Mapping[str, Any] | None:
+    """`summary` when it holds a value for every key; None (so `not tested`) otherwise."""
+    if summary is None or any(summary.get(k) is None for k in keys):
+        return None
+    return summary
+
+
+def crossing(run: Run, level: float, column: str = "margin_mean") -> float | None:
+    """The first step at which the stored metric `column` (the mean training margin) reaches
+    `level`; inf when it never does; None when the run has no such column."""
+    metrics = run.metrics
+    if column not in metrics or "step" not in metrics:
+        return None
+    reached = np.flatnonzero(np.asarray(metrics[column], float) >= level)
+    return float(metrics["step"][reached[0]]) if reached.size else math.inf
+
+
 def spikes_row(
     *,
     claim: str,
@@ -165,8 +209,9 @@ def spikes_row(
     why: str,
 ) -> Row:
     """The spikes-per-seed row: for each group `label -> (runs, least, most)` every run has
-    between `least` and `most` spikes (`most` None: no upper bound). `not tested` when a group
-    has no runs or a run lacks its count. One group may have the empty label."""
+    between `least` and `most` spikes (`most` None: no upper bound), each group a criterion of
+    its own where there are several. `not tested` when a group has no runs or a run lacks its
+    count. One group may have the empty label."""
     counts = {label: per_seed(runs, "spikes") for label, (runs, _, _) in groups.items()}
 
     def rule(least: int, most: int | None) -> str:
@@ -193,13 +238,21 @@ def spikes_row(
         ),
         ok=None
         if any(c is None for c in counts.values())
-        else all(
-            least <= n and (most is None or n <= most)
-            for label, (_, least, most) in groups.items()
-            for n in counts[label]
+        else _per_group(
+            {
+                named(label, f"{rule(least, most)} on every seed"): all(
+                    least <= n and (most is None or n <= most) for n in counts[label]
+                )
+                for label, (_, least, most) in groups.items()
+            }
         ),
         why=why,
     )
+
+
+def _per_group(checks: dict[str, bool]) -> Verdict:
+    """One group's check is the row's one criterion; several groups are one criterion each."""
+    return next(iter(checks.values())) if len(checks) == 1 else checks
 
 
 def grok_rate(k: int, n: int, confidence: float) -> tuple[float, float]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from figures import paper
 from figures._common import LOSS_COLORS, Context, new_figure, save, select
-from figures.claims import Evidence, Row, claim_row
+from figures.claims import Evidence, Row, claim_row, measured
 from figures.registry import Figure
 
 PRECISIONS = (("fp32/bf16", "bf16"), ("fp32", "fp32"), ("fp64", "fp64"))
@@ -115,6 +115,71 @@ def typical_residual(run, store, objective: str = "soft_target") -> float | None
     return float(np.median(rows))
 
 
+def teacher_margins(run, store) -> np.ndarray | None:
+    """The stored teacher's logit margins on the training inputs (float32 logits from the
+    float32 weights), or None when the teacher's parameters are not stored."""
+    import jax.numpy as jnp
+
+    import numerics
+    import tasks
+    from grokbench.distill import teacher_config
+
+    cfg = run.config
+    params = store.load_params(teacher_config(cfg)) if store is not None else None
+    if params is None:
+        return None
+    model = tasks.build_model(cfg.model_config())
+    x, y = (jnp.asarray(a) for a in tasks.modular_split(cfg.modular_task())[:2])
+    z = model.apply(params, x).astype(jnp.float32)
+    return np.asarray(numerics.logit_margin(z, y), np.float64)
+
+
+def _mechanism_rows(ev: Evidence) -> list[Row]:
+    """Sec. 7: T = 4 keeps the teacher's scaled margins m / T below c16, so its soft targets
+    do not round to one-hot (read from the stored teacher). Sec. 7's other mechanism, Adam
+    turning a residual above eps into steps of size lr, is analytic: figures/fig3.py."""
+    import ml_dtypes
+
+    import numerics
+    from grokbench import recipes
+
+    base = recipes.RECIPES["fig7"].base
+    rows = []
+    runs = select(ev.runs("fig7"), precision="fp32", loss="standard", **_SOFT_TARGET)
+    margins = teacher_margins(runs[0], ev.store) if runs else None
+    cliff = numerics.precision_cliff(ml_dtypes.bfloat16)
+    t = runs[0].config.temperature if runs else base.temperature
+
+    def targets_one_hot() -> int:
+        import jax
+        import jax.numpy as jnp
+
+        # The largest scaled margin's row, in bf16: logits [m / T, 0] (target 0).
+        scaled = jnp.stack([jnp.asarray(margins / t), jnp.zeros(margins.shape)], -1)
+        p = np.asarray(jax.nn.softmax(scaled.astype(jnp.bfloat16), axis=-1), np.float64)
+        return int(np.sum(p[:, 0] == 1.0))
+
+    rows.append(
+        claim_row(
+            claim=f"T = {t:g} keeps the teacher's scaled margins m/T below c16, so its soft "
+            "targets do not round to one-hot (bf16)",
+            source=f"{paper.FIX}, Sec. 7",
+            paper="T = 4 keeps the scaled margin m/T below c16 so p does not round to one-hot",
+            ours=lambda: (
+                f"teacher's training margins: max {margins.max():.2f}, max m/T "
+                f"{margins.max() / t:.2f} (c16 = {cliff:.2f}); rows whose bf16 target "
+                f"probability is exactly 1: {targets_one_hot()} of {margins.size}"
+            ),
+            tolerance="every m/T < c16 (the paper's own test of it)",
+            # One criterion: in bf16 the softmax's sum 1 + e^(-m/T) rounds to 1 exactly from
+            # c16 on, so 'no one-hot target' is 'm/T below c16' (the count is printed above).
+            ok=None if margins is None else lambda: bool(np.all(margins / t < cliff)),
+            why=ev.why("fig7") if not runs else "the teacher's parameters are not in the store",
+        )
+    )
+    return rows
+
+
 def _start_rows(ev: Evidence) -> list[Row]:
     runs, why = ev.runs("fig7"), ev.why("fig7")
     rows = []
@@ -130,14 +195,14 @@ def _start_rows(ev: Evidence) -> list[Row]:
                 paper=number.stated,
                 ours=lambda std=std, typical=typical: (
                     f"typical row (median of max_k |g_k|): "
-                    f"{typical:.2g}; largest entry {std[0].summary['residual_gradient']:.2g}"
+                    f"{typical:.2g}; largest entry {std[0].summary.get('residual_gradient')}"
                 ),
                 tolerance=number.tolerance,
                 ok=None if typical is None else number.holds(typical),
                 why=why if not std else "the teacher's parameters are not in the store",
             )
         )
-        s = fixed[0].summary if fixed else None
+        s = measured(fixed[0].summary, *_STAYS_KEYS) if fixed else None
         rows.append(
             claim_row(
                 claim=f"fixed soft-target CE: zero gradient, KL 0, student never moves ({name})",
@@ -151,7 +216,7 @@ def _start_rows(ev: Evidence) -> list[Row]:
                 ),
                 tolerance="all exactly 0; test accuracy = the teacher's at every step",
                 ok=None if s is None else lambda s=s: _stays(s),
-                why=why,
+                why=why if not fixed else "the fixed run's summary lacks a measurement",
             )
         )
     return rows
@@ -160,10 +225,26 @@ def _start_rows(ev: Evidence) -> list[Row]:
 def _full_rows(ev: Evidence) -> list[Row]:
     runs, why = ev.runs("fig7", full=True), ev.why("fig7", full=True)
     by = {p: select(runs, precision=p, loss="standard", **_SOFT_TARGET) for p, _ in PRECISIONS}
-    s64 = by["fp64"][0].summary if by["fp64"] else None
+    s64 = (
+        measured(by["fp64"][0].summary, "kl_max", "kl_final", "max_param_distance")
+        if by["fp64"]
+        else None
+    )
     r32 = by["fp32"][0] if by["fp32"] else None
+    if r32 is not None and ("kl" not in r32.metrics or measured(r32.summary, "kl_max") is None):
+        r32 = None  # not measured: not tested
     floor = float(np.median(r32.metrics["kl"][-500:])) if r32 is not None else None
-    s16 = by["fp32/bf16"][0].summary if by["fp32/bf16"] else None
+    s16 = (
+        measured(
+            by["fp32/bf16"][0].summary,
+            "max_param_distance",
+            "min_test_accuracy",
+            "test_accuracy",
+            "teacher_test_accuracy",
+        )
+        if by["fp32/bf16"]
+        else None
+    )
     where = f"{paper.FIX}, Sec. 7, Fig. 7"
     n = paper.KL_FLOOR_FP32
     return [
@@ -188,7 +269,12 @@ def _full_rows(ev: Evidence) -> list[Row]:
                 f"steps) {floor:.2g}"
             ),
             tolerance=f"floor: {n.tolerance}; spike above the floor",
-            ok=None if r32 is None else n.holds(floor) and r32.summary["kl_max"] > floor,
+            ok=None
+            if r32 is None
+            else {
+                "floor within tolerance": n.holds(floor),
+                "a spike above the floor": r32.summary["kl_max"] > floor,
+            },
             why=why,
         ),
         claim_row(
@@ -203,18 +289,40 @@ def _full_rows(ev: Evidence) -> list[Row]:
             tolerance="moved (distance > 0) and min test accuracy below the teacher's",
             ok=None
             if s16 is None
-            else s16["max_param_distance"] > 0
-            and s16["min_test_accuracy"] < s16["teacher_test_accuracy"],
+            else {
+                "moved": s16["max_param_distance"] > 0,
+                "accuracy below the teacher's": s16["min_test_accuracy"]
+                < s16["teacher_test_accuracy"],
+            },
             why=why,
         ),
     ]
 
 
-def _stays(s: dict) -> bool:
-    """A fixed student that never moved: zero residual, KL and distance, the teacher's accuracy."""
-    return (s["residual_gradient"], s["kl_max"], s["max_param_distance"]) == (0.0, 0.0, 0.0) and (
-        s["min_test_accuracy"] == s["teacher_test_accuracy"] == s["test_accuracy"]
-    )
+STILL, TEACHERS = "residual, KL and distance exactly 0", "the teacher's test accuracy throughout"
+_STAYS_KEYS = (
+    "residual_gradient",
+    "kl_max",
+    "max_param_distance",
+    "min_test_accuracy",
+    "teacher_test_accuracy",
+    "test_accuracy",
+)
+
+
+def _stays(*summaries: dict) -> dict[str, bool]:
+    """Fixed students that never moved, two criteria over all of `summaries`: zero residual,
+    KL and distance; the teacher's test accuracy at every step."""
+    return {
+        STILL: all(
+            (s["residual_gradient"], s["kl_max"], s["max_param_distance"]) == (0.0, 0.0, 0.0)
+            for s in summaries
+        ),
+        TEACHERS: all(
+            s["min_test_accuracy"] == s["teacher_test_accuracy"] == s["test_accuracy"]
+            for s in summaries
+        ),
+    }
 
 
 def _kl_rows(ev: Evidence) -> list[Row]:
@@ -224,7 +332,9 @@ def _kl_rows(ev: Evidence) -> list[Row]:
     fixed = {
         p: select(runs, precision=p, loss="fixed", distill_objective="kl") for p, _ in PRECISIONS
     }
-    have = all(fixed.values())
+    have = all(fixed.values()) and all(
+        measured(fixed[p][0].summary, *_STAYS_KEYS) is not None for p in fixed
+    )
     std = {p: select(runs, precision=p, loss="standard", **_SOFT_TARGET) for p, _ in PRECISIONS}
     typical = {
         p: typical_residual(std[p][0], ev.store, "kl") if std[p] else None for p, _ in PRECISIONS
@@ -243,7 +353,7 @@ def _kl_rows(ev: Evidence) -> list[Row]:
                 for p, name in PRECISIONS
             ),
             tolerance="all exactly 0; test accuracy = the teacher's at every step",
-            ok=None if not have else lambda: all(_stays(fixed[p][0].summary) for p in fixed),
+            ok=None if not have else lambda: _stays(*(fixed[p][0].summary for p in fixed)),
             why=why,
         ),
         claim_row(
@@ -268,7 +378,12 @@ def _kl_rows(ev: Evidence) -> list[Row]:
 def claims(evidence: Evidence) -> list[Row]:
     """Sec. 7: the residual per precision, the fixed student, the standard students' paths,
     and whether they carry over to KL as the loss."""
-    return _start_rows(evidence) + _full_rows(evidence) + _kl_rows(evidence)
+    return (
+        _start_rows(evidence)
+        + _full_rows(evidence)
+        + _kl_rows(evidence)
+        + _mechanism_rows(evidence)
+    )
 
 
 FIGURE = Figure(

@@ -13,7 +13,9 @@ they stay when a result misses. The rules, decided from the text:
   the same string (`digits`).
 - Training margins: the paper calls Table 1's fixed-CE margins 17.9 / 27.4 / 36.8 "the
   predicted equilibrium margin" 18.4 / 27.6 / 36.8 (Table 1's caption), so it counts margins
-  within 0.5 nats as equal; every margin comparison uses that 0.5 (`MARGIN_TOL`).
+  within 0.5 nats as equal; every margin value the paper quotes is compared with that 0.5
+  (`MARGIN_TOL`). A claim worded as a side of a cliff ("ends below the cliff") is an order,
+  not a value: it is tested against c_d itself (below), never c_d +- 0.5.
 - Test accuracy "mean +- std" over seeds (Table 1: 3-5 seeds): two standard errors of the
   difference of two means, 2 std sqrt(1/3 + 1/n) with the paper's std, its smallest seed
   count 3 and our n seeds, and at least half the quoted digit (0.05 points). Both sides
@@ -26,7 +28,8 @@ they stay when a result misses. The rules, decided from the text:
   use the same paper-value-within-0.5 rule as every other margin.
 
 Prieto et al.'s ⊥Grad claim (`ORTHOGRAD`, "Grokking at the edge of numerical stability") is
-stated without a number and tested as worded; its row is in figures/progress.py.
+quoted from their abstract, stated without a number and tested as worded; its row is in
+figures/progress.py.
 
 The Quantizable Transformers numbers are from its Table 2 (BERT-base ~ our encoder,
 OPT-125m ~ our decoder), Tables 5, 6 and 10; the text's claims (Sec. 5.4: "reduce outlier
@@ -41,6 +44,7 @@ import math
 
 __all__ = [
     "FIX",
+    "LOSS_CLIFFS",
     "MARGIN_TOL",
     "ORTHOGRAD",
     "ORTHO_LOSSES",
@@ -145,6 +149,19 @@ CLIFFS = {
     "fp64": rounded(36.7, "c64 ~ 36.7", f"{FIX}, Sec. 1-2, Fig. 1a", 1),
 }
 """The precision cliffs: standard CE's target gradient is exactly 0 from c_d on."""
+
+LOSS_CLIFFS = {
+    name: dataclasses.replace(
+        number,
+        stated=f"the loss rounds to 0 at {number.stated}",
+        where=f"{FIX}, Sec. 2, Fig. 2 caption",
+    )
+    for name, number in CLIFFS.items()
+}
+"""Sec. 2 ('log(1 + e^-m) then evaluates to log(1) = 0, zeroing out ... L(z, t)' once m > c_d)
+and Fig. 2's caption ('c32 ~ 16.6, where loss rounds to 0'): the same cliffs, the same rule.
+Added 2026-12-04 (issue 43) with the cliffs' tolerance, as stated, knowing that `grokbench
+cliffs` puts the standard loss's first zero well below c_d in bf16 and fp32."""
 
 UNDERFLOW_FP32 = Number(
     value=88.0,
@@ -294,16 +311,18 @@ PRIETO = "Prieto et al. 2025"
 
 ORTHOGRAD = Number(
     value=1.0,
-    stated="⊥Grad leads to quick generalization in grokking tasks by preventing NLM altogether; "
-    "mitigating SC leads to grokking without regularization",
+    stated="⊥Grad, 'a training algorithm that leads to quick generalization in grokking tasks "
+    "by preventing NLM altogether'",
     where=f"{PRIETO}, abstract",
     tol=0.0,
-    why="stated without a number, so tested as worded: the fraction of seeds of ⊥Grad at "
-    "weight decay 0 with standard CE (⊥Grad alone: StableMax is credited separately) that "
-    "reach >= 99 % test "
-    "accuracy within the recipe's 10,000 steps must be 1",
+    why="stated without a number, so tested as worded on the setting NLM needs (no weight "
+    "decay; standard CE, so ⊥Grad alone, StableMax credited separately): every seed with ⊥Grad "
+    "reaches >= 99 % test accuracy at some evaluation ('generalization') at an earlier step "
+    "than the same seed without ⊥Grad ('quick'; a run that never reaches it counts as never)",
 )
-"""Prieto et al.'s ⊥Grad claim: every seed groks without weight decay (figures/progress.py)."""
+"""Prieto et al.'s ⊥Grad claim as their abstract words it (figures/progress.py). Until
+2026-12-04 the row tested 'groks without weight decay within the recipe's 10,000 steps', our
+wording, which merged this sentence with the abstract's StableMax one (issue 43)."""
 
 ORTHO_LOSSES = ("standard", "stablemax", "fixed")
 """The losses of the orthograd recipe, in the report's order."""

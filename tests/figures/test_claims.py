@@ -34,7 +34,16 @@ from figures import (
     table1,
 )
 from figures._common import Context, Run
-from figures.claims import FAILS, HOLDS, NOT_TESTED, Evidence, Row, grok_rate, spikes_row
+from figures.claims import (
+    FAILS,
+    HOLDS,
+    NOT_TESTED,
+    TOLERANCE,
+    Evidence,
+    Row,
+    grok_rate,
+    spikes_row,
+)
 from grokbench import metrics, recipes, runtime
 from grokbench.config import RunConfig
 from grokbench.store import Store, load_metrics
@@ -59,7 +68,12 @@ def _spiky(n=400, spike_at=200, margin=16.6, acc_before=0.61, acc_after=0.23):
     ce = np.geomspace(1.0, 1e-7, n)
     ce[spike_at : spike_at + 3] = 1e-1
     cols = {name: np.full(n, 0.5) for name in metrics.STEP_METRICS}
-    cols |= {"train_ce": ce, "train_loss": ce, "margin_mean": np.full(n, margin)}
+    # The mean margin steps up by 0.1 at the spike: from 16.6 it reaches c32 = 16.64 there.
+    cols |= {
+        "train_ce": ce,
+        "train_loss": ce,
+        "margin_mean": np.where(step < spike_at, margin, margin + 0.1),
+    }
     cols["margin_median"] = cols["margin_mean"]
     cols["train_acc"] = np.where(step >= 10, 1.0, 0.5)
     test_step = np.arange(0, n, 10)
@@ -182,6 +196,48 @@ def _fig4(good: bool):
     return {"fig4": runs}
 
 
+def _fig4_run(eps: float, wd: float, margin: np.ndarray, seed: int = 0):
+    """One fig4 run whose mean margin is `margin` at every step."""
+    n = margin.size
+    m = {"step": np.arange(n), "margin_mean": margin}
+    m |= {k: np.full(n, 0.1) for k in metrics.STEP_METRICS if k not in m}
+    cfg = dataclasses.replace(recipes.RECIPES["fig4"].base, eps=eps, weight_decay=wd, steps=n)
+    return _run(
+        "fig4",
+        eps=eps,
+        weight_decay=wd,
+        steps=n,
+        seed=seed,
+        metrics=m,
+        config=dataclasses.asdict(cfg),
+    )
+
+
+def _fig4_plateau(criterion: str) -> Callable:
+    """fig4 with lambda 1 broken on one criterion for every eps: a second seed still climbing
+    (the other at log(1/eps)), or the one run levelling off 10 nats low."""
+
+    def case(mp):
+        runs = _fig4(True)["fig4"]
+        n, rate = 3000, 2 * 81.2 / 3000
+        if criterion == fig4.PLATEAUED:
+            runs += [_fig4_run(eps, 1.0, rate * np.arange(n), seed=1) for eps in fig4.EPS]
+        else:
+            runs = [
+                _fig4_run(
+                    r.config.eps,
+                    1.0,
+                    np.minimum(rate * np.arange(n), numerics.equilibrium_margin(r.config.eps) - 10),
+                )
+                if r.config.eps > 0 and r.config.weight_decay == 1.0
+                else r
+                for r in runs
+            ]
+        return Evidence("full", {"fig4": runs})
+
+    return case
+
+
 def _fig6(good: bool):
     out = {}
     for recipe in fig6.RECIPES:
@@ -192,7 +248,7 @@ def _fig6(good: bool):
                 loss=loss,
                 spikes=int(good) if (p, loss) == ("fp32", "standard") else 0,
                 test_accuracy=1.0 if good or p == "fp64" else 0.9,
-                metrics={"frac_past_cliff": np.array([0.0, 0.5])},
+                metrics={"step": np.array([0, 1]), "margin_mean": np.array([10.0, 17.0])},
             )
             for p, loss, *_ in fig6.VARIANTS
         ]
@@ -234,8 +290,9 @@ def _fig7_runs(good: bool):
 
 
 def _orthograd(good: bool):
-    """The orthograd recipe: every standard-CE ⊥Grad seed at lambda 0 reaches 99 % within its
-    steps (good), or one never does, though it ends at 100 % (bad: the claim is 'within')."""
+    """The orthograd recipe: every standard-CE ⊥Grad seed at lambda 0 reaches 99 % test, before
+    the same seed without ⊥Grad, which never does (good); or one ⊥Grad seed never does either,
+    though it ends at 100 % (bad: generalization is reaching 99 % at some evaluation)."""
     grid = recipes.RECIPES["orthograd"].grids[0]
     runs = []
     for loss in grid["loss"]:
@@ -243,7 +300,8 @@ def _orthograd(good: bool):
             for wd in grid["weight_decay"]:
                 for s in range(3):
                     tested = loss == "standard" and flag and wd == 0
-                    reached = good or not tested or s
+                    plain = loss == "standard" and not flag and wd == 0
+                    reached = not plain and (good or not tested or s)
                     runs.append(
                         _run(
                             "orthograd",
@@ -410,8 +468,25 @@ def _perturbed(fn: Callable, key: str, how: Callable) -> Callable:
     return wrapped
 
 
+def _loss_like_gradient(mp) -> None:
+    """The standard loss's cliff seams replaced by the target gradient's (which holds): its
+    first zero the gradient's, its values the gradient's, so the loss rows hold."""
+    measure, gradients = fig1._measure, fig1.target_gradients
+    mp.setattr(
+        fig1,
+        "_measure",
+        lambda name: dataclasses.replace(
+            measure(name), standard_loss_zero_from=measure(name).standard_grad_zero_from
+        ),
+    )
+    mp.setattr(
+        fig1, "_standard_loss_at", lambda dtype, m: gradients(dtype, m, truth=False)["standard"]
+    )
+
+
 def _fig1_good(mp) -> Evidence:
     mp.setattr(fig1, "_measure", _measure_at(88.0))
+    _loss_like_gradient(mp)
     mp.setattr(fig1, "_nontarget_zero_from", lambda dtype: 88.0)
     mp.setattr(fig1, "squared_gradient", _square_zero_from(38.0))
     mp.setattr(fig1, "soft_target_errors", _floor_errors(True))
@@ -473,6 +548,7 @@ def _full(make: Callable, **kw) -> Callable:
 def _fig7_case(good: bool) -> Callable:
     def case(mp):
         values = {"fp32/bf16": 1e-3, "fp32": 1e-8, "fp64": 1e-17}
+        mp.setattr(fig7, "teacher_margins", lambda run, store: np.full(64, 17.0 if good else 30.0))
         mp.setattr(
             fig7,
             "typical_residual",
@@ -486,48 +562,324 @@ def _fig7_case(good: bool) -> Callable:
 
 
 def _quant_case(good: bool = True, vanilla: bool = True) -> Callable:
-    table = {**_quant(good, vanilla), "ablations": _ablations(good)}
-    return lambda mp: Evidence("full", quant=table)
+    return lambda mp: Evidence(
+        "full", quant={**_quant(good, vanilla), "ablations": _ablations(good)}
+    )
+
+
+def _fig1_cliffs(criterion: str) -> Callable:
+    """Fig. 1's cliff rows (target gradient and loss) broken on one criterion: the function
+    nonzero at the measured first zero, or zero below it too, or both zeros at m = 9."""
+
+    def case(mp):
+        ev = _fig1_good(mp)
+        measure = fig1._measure
+        if criterion == fig1.IN_TOLERANCE:
+            mp.setattr(
+                fig1,
+                "_measure",
+                lambda name: dataclasses.replace(
+                    measure(name), standard_grad_zero_from=9.0, standard_loss_zero_from=9.0
+                ),
+            )
+
+            def value(m):
+                return np.where(np.asarray(m) >= 9.0, 0.0, 1.0)
+        else:
+            level = 1.0 if criterion == fig1.ZERO_AT_FIRST else 0.0
+
+            def value(m):
+                return np.full(np.shape(m), level)
+
+        step = _perturbed(fig1.target_gradients, "standard", lambda g: value(g["m"]))
+        mp.setattr(fig1, "target_gradients", step)
+        mp.setattr(fig1, "_standard_loss_at", lambda dtype, m: value(m))
+        return ev
+
+    return case
+
+
+def _fig1_floor(criterion: str) -> Callable:
+    """Fig. 1b's fixed row broken on one criterion: an error at z_S = z_T, an error where the
+    input rounds to z_T (true gradient 0), or a 50 % error elsewhere."""
+
+    def case(mp):
+        ev = _fig1_good(mp)
+        good = _floor_errors(True)
+
+        def errors(dtype, distances, rows=8, k=10, seed=0):
+            e = {key: np.array(v, float) for key, v in good(dtype, distances).items()}
+            if criterion.startswith("0 at"):
+                e["fixed"][0] = 1e-3
+            elif criterion.startswith("0 where"):
+                e["truth"][1], e["fixed"][1] = 0.0, 1e-3
+            else:
+                e["fixed"] = e["truth"] * 0.5
+            return e
+
+        mp.setattr(fig1, "soft_target_errors", errors)
+        return ev
+
+    return case
+
+
+def _fig3_cliffs(criterion: str) -> Callable:
+    """Fig. 3's cliff rows with the first zero at the dtype's first value past c_d (inside the
+    tolerance) and the standard step nonzero everywhere (0 at the first zero fails) or zero
+    everywhere (not 0 below it fails)."""
+
+    def case(mp):
+        level = 1.0 if criterion == fig1.ZERO_AT_FIRST else 0.0
+        steps = _perturbed(
+            fig3.normalized_steps, "standard", lambda s: np.full(s["m"].shape, level)
+        )
+        mp.setattr(fig3, "normalized_steps", steps)
+
+        def past_the_cliff(step, coarse, dtype):
+            cliff = numerics.precision_cliff(dtype)
+            value = np.asarray(cliff, dtype)
+            return float(
+                value if float(value) >= cliff else np.nextafter(value, np.asarray(np.inf, dtype))
+            )
+
+        mp.setattr(fig3, "_first_zero", past_the_cliff)
+        return Evidence("quick")
+
+    return case
+
+
+def _adam_steps(above: float, below: float) -> Callable:
+    """fig3's Adam seam: step / lr `above` for residuals above eps, `below` under it."""
+
+    def case(mp):
+        mp.setattr(
+            fig3,
+            "adam_step_sizes",
+            lambda r, lr, eps, steps=50: np.where(np.asarray(r) > eps, above, below),
+        )
+        return Evidence("quick")
+
+    return case
+
+
+def _perturb(make: Callable, recipe: str, where: dict, metrics=None, **summary) -> Callable:
+    """`make`'s evidence with the `recipe` runs whose config matches `where` given `summary`
+    values (and `metrics(columns)` merged into their metrics)."""
+
+    def case(mp):
+        ev = make(mp)
+        for run in ev.recipes[recipe]:
+            if all(getattr(run.config, k) == v for k, v in where.items()):
+                run.summary.update(summary)
+                if metrics is not None:
+                    run.__dict__["metrics"] = {**run.metrics, **metrics(run.metrics)}
+        return ev
+
+    return case
+
+
+def _quant_edit(family: str, variant: str, **fields) -> Callable:
+    """The good quant table with one row's fields replaced."""
+
+    def case(mp):
+        ev = _quant_case()(mp)
+        for row in ev.quant["rows"]:
+            if (row["family"], row["variant"]) == (family, variant):
+                row.update(fields)
+        return ev
+
+    return case
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    """A must-fail evidence (a function of a monkeypatch that may replace a measurement) and
+    the one criterion it breaks. It speaks for the rows that have that criterion (and, with
+    `only`, whose claim contains one of those strings): each such row that fails must fail
+    on exactly `target`. A row with one test has the one criterion TOLERANCE."""
+
+    make: Callable
+    target: str = TOLERANCE
+    only: tuple[str, ...] = ()
+
+    def speaks_for(self, row: Row) -> bool:
+        return self.target in row.criteria and (
+            not self.only or any(s in row.claim for s in self.only)
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """A claims function with a must-hold evidence and must-fail ones (each a function of a
-    monkeypatch that may replace a measurement), and its evidence without data (None: the
-    rows compute their own data, as the analytic ones do)."""
+    """A claims function with a must-hold evidence and must-fail ones (`Bad`), and its
+    evidence without data (None: the rows compute their own data, as the analytic ones do)."""
 
     claims: Callable[[Evidence], list[Row]]
     good: Callable
-    bad: tuple[Callable, ...]
+    bad: tuple[Bad, ...]
     empty: Evidence | None
 
 
+_FIG2 = _full(_fig2, good=True)
+_TABLE1 = _full(_table1, good=True)
+_FIG7 = _fig7_case(True)
+_SETTLE = "eps-settle"
+_SOFT = {"distill_objective": "soft_target"}
+
 CASES: dict[str, Case] = {
-    "fig1": Case(fig1.claims, _fig1_good, (_fig1_bad,), None),
-    "fig2": Case(
-        fig2.claims, _full(_fig2, good=True), (_full(_fig2, good=False),), Evidence("full")
+    "fig1": Case(
+        fig1.claims,
+        _fig1_good,
+        (
+            Bad(_fig1_bad),
+            *(
+                Bad(_fig1_cliffs(c), c)
+                for c in (fig1.ZERO_AT_FIRST, fig1.NONZERO_BELOW, fig1.IN_TOLERANCE)
+            ),
+            *(
+                Bad(_fig1_floor(c), c)
+                for c in ("0 at z_S = z_T", "0 where z_S rounds to z_T", "<= 16 eps elsewhere")
+            ),
+        ),
+        None,
     ),
-    "fig3": Case(fig3.claims, _fixed(Evidence("quick")), (_fig3_shifted,), None),
+    "fig2": Case(
+        fig2.claims,
+        _FIG2,
+        (
+            Bad(_full(_fig2, good=False)),
+            Bad(
+                _perturb(_FIG2, _SETTLE, {"eps": 1e-7, "seed": 0}, spikes=2),
+                "eps 1e-07: 0 on every seed",
+            ),
+            Bad(
+                _perturb(_FIG2, _SETTLE, {"eps": 1e-6, "seed": 0}, spikes=2),
+                "eps 1e-06: 0 on every seed",
+            ),
+        ),
+        Evidence("full"),
+    ),
+    "fig3": Case(
+        fig3.claims,
+        _fixed(Evidence("quick")),
+        (
+            Bad(_fig3_shifted),
+            Bad(_fig3_shifted, fig1.IN_TOLERANCE),
+            Bad(_fig3_cliffs(fig1.ZERO_AT_FIRST), fig1.ZERO_AT_FIRST),
+            Bad(_fig3_cliffs(fig1.NONZERO_BELOW), fig1.NONZERO_BELOW),
+            Bad(_adam_steps(0.5, 1e-9), "steps ~ lr above eps"),
+            Bad(_adam_steps(1.0, 0.5), "steps << lr below eps"),
+        ),
+        None,
+    ),
     "fig4": Case(
-        fig4.claims, _full(_fig4, good=True), (_full(_fig4, good=False),), Evidence("full")
+        fig4.claims,
+        _full(_fig4, good=True),
+        (
+            Bad(_full(_fig4, good=False)),
+            Bad(_fig4_plateau(fig4.PLATEAUED), fig4.PLATEAUED),
+            Bad(_fig4_plateau(fig4.AT_THE_PREDICTION), fig4.AT_THE_PREDICTION),
+        ),
+        Evidence("full"),
     ),
     "table1": Case(
-        table1.claims, _full(_table1, good=True), (_full(_table1, good=False),), Evidence("full")
+        table1.claims,
+        _TABLE1,
+        (
+            Bad(_full(_table1, good=False)),
+            *(
+                Bad(_perturb(_TABLE1, "table1", where, **change), target)
+                for where, change, target in (
+                    (
+                        {"precision": "fp64", "loss": "standard", "eps": 1e-16, "seed": 0},
+                        {"spikes": 0},
+                        "standard: >= 1 on every seed",
+                    ),
+                    (
+                        {"precision": "fp64", "loss": "fixed", "eps": 1e-16, "seed": 0},
+                        {"spikes": 1},
+                        "fixed: 0 on every seed",
+                    ),
+                    (
+                        {"precision": "fp32/bf16", "loss": "fixed", "eps": 1e-8, "seed": 0},
+                        {"final_margin": 3.0},
+                        "every seed above c16",
+                    ),
+                    (
+                        {"precision": "fp32", "loss": "fixed", "eps": 1e-8, "seed": 0},
+                        {"final_margin": 3.0},
+                        "every seed above c32",
+                    ),
+                    (
+                        {"loss": "fixed", "eps": 1e-8, "seed": 0},
+                        {"spikes": 1},
+                        "no spike on any seed",
+                    ),
+                )
+            ),
+        ),
+        Evidence("full"),
     ),
     "fig6": Case(
-        fig6.claims, _full(_fig6, good=True), (_full(_fig6, good=False),), Evidence("full")
+        fig6.claims, _full(_fig6, good=True), (Bad(_full(_fig6, good=False)),), Evidence("full")
     ),
-    "fig7": Case(fig7.claims, _fig7_case(True), (_fig7_case(False),), Evidence("full")),
+    "fig7": Case(
+        fig7.claims,
+        _FIG7,
+        (
+            Bad(_fig7_case(False)),
+            Bad(_perturb(_FIG7, "fig7", {"loss": "fixed"}, kl_max=1e-9), fig7.STILL),
+            Bad(_perturb(_FIG7, "fig7", {"loss": "fixed"}, min_test_accuracy=0.9), fig7.TEACHERS),
+            Bad(
+                _perturb(
+                    _FIG7,
+                    "fig7",
+                    {"precision": "fp32", "loss": "standard", **_SOFT},
+                    metrics=lambda m: {"kl": m["kl"] * 100},
+                ),
+                "floor within tolerance",
+            ),
+            Bad(
+                _perturb(
+                    _FIG7, "fig7", {"precision": "fp32", "loss": "standard", **_SOFT}, kl_max=1e-7
+                ),
+                "a spike above the floor",
+            ),
+            Bad(
+                _perturb(
+                    _FIG7,
+                    "fig7",
+                    {"precision": "fp32/bf16", "loss": "standard", **_SOFT},
+                    max_param_distance=0.0,
+                ),
+                "moved",
+            ),
+            Bad(
+                _perturb(
+                    _FIG7,
+                    "fig7",
+                    {"precision": "fp32/bf16", "loss": "standard", **_SOFT},
+                    min_test_accuracy=1.0,
+                ),
+                "accuracy below the teacher's",
+            ),
+        ),
+        Evidence("full"),
+    ),
     "progress": Case(
         progress.claims,
         _full(_orthograd, good=True),
-        (_full(_orthograd, good=False),),
+        (Bad(_full(_orthograd, good=False)),),
         Evidence("full"),
     ),
     "quant": Case(
         quant.claims,
         _quant_case(),
-        (_quant_case(good=False), _quant_case(vanilla=False)),
+        (
+            Bad(_quant_case(good=False)),
+            Bad(_quant_case(vanilla=False)),
+            Bad(_quant_edit("decoder", "clipped", avg_kurtosis=10.0), "kurtosis higher"),
+            Bad(_quant_edit("decoder", "clipped", w8a8_perplexity=12.0), "W8A8 perplexity higher"),
+        ),
         Evidence("full"),
     ),
 }
@@ -540,13 +892,13 @@ def _rows(make: Callable, claims: Callable) -> list[Row]:
 
 
 @pytest.fixture(scope="module")
-def verdicts() -> dict[str, dict[str, list[Row]]]:
-    """Each case's rows: good, each bad (concatenated), empty."""
+def verdicts() -> dict[str, dict]:
+    """Each case's rows: good, each bad (with the `Bad` that made them), empty."""
     out = {}
     for name, case in CASES.items():
         out[name] = {
             "good": _rows(case.good, case.claims),
-            "bad": [r for make in case.bad for r in _rows(make, case.claims)],
+            "bad": [(bad, _rows(bad.make, case.claims)) for bad in case.bad],
             "empty": case.claims(case.empty) if case.empty is not None else [],
         }
     return out
@@ -558,11 +910,31 @@ def test_claims_hold_on_fabricated_good_data(verdicts, name):
     assert good and all(r.status == HOLDS for r in good), [
         (r.claim, r.status, r.ours, r.note) for r in good if r.status != HOLDS
     ]
+    assert all(r.criteria and not r.failed for r in good)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_must_fail_cases_fail_on_the_criterion_they_target(verdicts, name):
+    """A must-fail case names the one criterion it breaks: every row it speaks for that fails
+    must fail on that criterion alone, so a row cannot pass this test by failing for another
+    reason (all values wrong at once, a missing value read as a miss)."""
+    wrong = [
+        (bad.target, r.claim, r.failed)
+        for bad, rows in verdicts[name]["bad"]
+        for r in rows
+        if bad.speaks_for(r) and r.status == FAILS and r.failed != (bad.target,)
+    ]
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_claims_fail_on_fabricated_bad_data(verdicts, name):
-    failed = {r.claim for r in verdicts[name]["bad"] if r.status == FAILS}
+    failed = {
+        r.claim
+        for bad, rows in verdicts[name]["bad"]
+        for r in rows
+        if r.status == FAILS and r.failed == (bad.target,)
+    }
     missing = [r.claim for r in verdicts[name]["good"] if r.claim not in failed]
     assert not missing, missing
 
@@ -574,6 +946,49 @@ def test_claims_without_data_are_not_tested(verdicts, name):
     assert {r.status for r in empty} == {NOT_TESTED} and all(r.note for r in empty)
 
 
+def _without(make: Callable, kind: str, key: str) -> Callable:
+    """`make`'s evidence with `key` gone from every run's summary (kind 'summary') or stored
+    metrics (kind 'metrics')."""
+
+    def case(mp):
+        ev = make(mp)
+        for runs in ev.recipes.values():
+            for run in runs or []:
+                if kind == "summary":
+                    run.summary.pop(key, None)
+                else:
+                    run.__dict__["metrics"] = {k: v for k, v in run.metrics.items() if k != key}
+        return ev
+
+    return case
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.empty is not None])
+def test_a_missing_measurement_is_not_tested_never_failed(name):
+    """Every summary value and every metric column, taken away from every run in turn: the rows
+    that read it become `not tested` (with a reason), the others keep their verdict; no row
+    fails and none raises."""
+    case = CASES[name]
+    with pytest.MonkeyPatch.context() as mp:
+        ev = case.good(mp)
+        keys = {
+            (kind, key)
+            for runs in ev.recipes.values()
+            for run in runs or []
+            for kind, names in (("summary", run.summary), ("metrics", run.metrics))
+            for key in names
+        }
+    good = {r.claim: r.status for r in _rows(case.good, case.claims)}
+    for kind, key in sorted(keys):
+        rows = _rows(_without(case.good, kind, key), case.claims)
+        moved = [
+            (r.claim, r.status)
+            for r in rows
+            if r.status != good[r.claim] and not (r.status == NOT_TESTED and r.note)
+        ]
+        assert not moved, (kind, key, moved)
+
+
 @pytest.fixture(scope="module")
 def emitted() -> list[Row]:
     """Every row the report emits without runs (the analytic ones measured on this machine)."""
@@ -582,18 +997,26 @@ def emitted() -> list[Row]:
 
 def test_every_row_can_hold_and_fail(verdicts, emitted):
     """Enumerate every row the report can emit (its sections on empty evidence); each must
-    hold in some case, fail in some case, and, unless analytic, be `not tested` without
-    data. A row added without fabricated cases fails here."""
+    hold in some case, fail in some case on each of its criteria alone, and, unless analytic,
+    be `not tested` without data. A row (or a criterion) added without fabricated cases
+    fails here."""
     emitted = {r.claim for r in emitted}
     held = {r.claim for v in verdicts.values() for r in v["good"] if r.status == HOLDS}
-    failed = {r.claim for v in verdicts.values() for r in v["bad"] if r.status == FAILS}
+    criteria = {(r.claim, c) for v in verdicts.values() for r in v["good"] for c in r.criteria}
+    failed_alone = {
+        (r.claim, bad.target)
+        for v in verdicts.values()
+        for bad, rows in v["bad"]
+        for r in rows
+        if bad.speaks_for(r) and r.status == FAILS and r.failed == (bad.target,)
+    }
     untested = {r.claim for v in verdicts.values() for r in v["empty"] if r.status == NOT_TESTED}
     analytic = {r.claim for n, c in CASES.items() if c.empty is None for r in verdicts[n]["good"]}
     problems = {
         "no must-hold case": sorted(emitted - held),
-        "no must-fail case": sorted(emitted - failed),
+        "a criterion without a must-fail case of its own": sorted(criteria - failed_alone),
         "no no-data case": sorted(emitted - untested - analytic),
-        "in no report section": sorted((held | failed) - emitted),
+        "in no report section": sorted(held - emitted),
     }
     assert not any(problems.values()), {k: v for k, v in problems.items() if v}
     assert len(emitted) == sum(len(v["good"]) for v in verdicts.values())  # names are unique
@@ -620,6 +1043,14 @@ FAILS_BY_ROUNDING = {
 }
 
 
+# Measured, and failing as the paper states it (issue 43: 'test the claim as stated'): the
+# standard loss (log-sum-exp minus the target logit) is exactly 0 from well below c_d (bf16
+# 4.0, fp32 14.44, fp64 33.24 natively), so its first zero misses the cliff's tolerance.
+FAILS_AS_STATED = {
+    f"standard CE's loss rounds to 0 at the cliff ({name})" for name in ("bf16", "fp32", "fp64")
+}
+
+
 def test_analytic_claims_on_this_machine(verdicts, emitted):
     """Without runs the report measures only the analytic claims (Figs. 1 and 3, Sec. 5's
     squared gradient; not the speed rows, which read the benchmark's output): their real
@@ -632,7 +1063,9 @@ def test_analytic_claims_on_this_machine(verdicts, emitted):
         assert all("without fused multiply-add" in r.note for r in tested if r.claim in NEEDS_FMA)
         tested = [r for r in tested if r.claim not in NEEDS_FMA]
     for r in tested:
-        if r.claim in FAILS_BY_ROUNDING:
+        if r.claim in FAILS_AS_STATED:
+            assert r.status == FAILS and r.failed == (fig1.IN_TOLERANCE,), (r.claim, r.ours)
+        elif r.claim in FAILS_BY_ROUNDING:
             assert r.status == FAILS and FAILS_BY_ROUNDING[r.claim] in r.ours, (r.claim, r.ours)
         else:
             assert r.status == HOLDS, (r.claim, r.ours)
@@ -706,7 +1139,7 @@ def test_fig6_spikes_only_once_c32_is_reached():
     runs = _fig6(True)
     for group in runs.values():
         for r in group:
-            r.__dict__["metrics"] = {"frac_past_cliff": np.zeros(2)}
+            r.__dict__["metrics"] = {"step": np.arange(2), "margin_mean": np.full(2, 16.0)}
     rows = [r for r in fig6.claims(Evidence("quick", runs)) if "spikes" in r.claim]
     assert len(rows) == 4 and all("premise not met" in r.note for r in rows)
     assert all("added after" in r.note for r in rows)  # a premise kept, and why
@@ -815,7 +1248,7 @@ def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
     kl_fixed = next(r for r in rows if r.claim.startswith("KL(p || q) as the loss, fixed"))
     assert kl_fixed.status == NOT_TESTED  # only the bf16 column was trained here
     kl_runs = [r for r in runs if r.config.distill_objective == "kl"]
-    assert len(kl_runs) == 1 and fig7._stays(kl_runs[0].summary)
+    assert len(kl_runs) == 1 and all(fig7._stays(kl_runs[0].summary).values())
     assert any(r.status == NOT_TESTED and "full-scale" in r.note for r in rows)
     # The stored per-step columns of both fixed students: never a nonzero KL, distance,
     # logit gradient or Adam step (tests/grokbench/test_distill.py, -m slow, runs the same
