@@ -3,7 +3,13 @@
 Each `Number` records the value, the paper's own wording (`stated`), where the paper states
 it (`where`), the tolerance rule and the reason for it (`why`). Tolerances are fixed here,
 from how precisely the paper states each number, before looking at any of our results, and
-they stay when a result misses. The rules, decided from the text:
+they stay when a result misses. Some rows' premises and rules came after results, and say
+so in their own text: fig6's "once it hits c32" premise and the quant cut rows' "vanilla has
+outliers" premise (both 2026-12-01, after quick results they turned from fails into not
+tested), the decoder's clipped-softmax row's outlier premise and the ⊥Grad row's quoted
+claim (2026-12-04, issue 43, after builds in which the first held and with the second's old
+runs known), and the loss cliff rows (issue 43, with the bundle's cliffs known). The rules,
+decided from the text:
 
 - A number quoted to d decimals ("c32 ~ 16.6", "61 %") holds when ours rounds to it:
   within half a unit of its last digit (`abs`, tol = 0.5 * 10^-d).
