@@ -212,7 +212,15 @@ kl_divergence.__doc__ = (
     gradient p (log(p / q) - KL). Classes where the teacher's p is 0 (a -inf logit, or
     one whose probability underflows) contribute 0, and their gradient q stays finite.
     The value optax's `kl_divergence(log_softmax(z_S), softmax(z_T))` computes, without
-    its residual at student == teacher.
+    its residual at student == teacher; optax's `kl_divergence_with_log_targets(
+    log_predictions, log_targets)` is this function with the student's log-probabilities
+    as `log_predictions` and the teacher's as `log_targets` (same argument order).
+
+    Both arguments are logits, so both rows are normalised: log-probabilities whose
+    probabilities sum to s != 1 are read as those probabilities / s. optax takes its
+    inputs as they are, so a target row summing to s (and predictions summing to r)
+    gives optax's s KL + s log s - s log r where this gives KL (docs/compat.md, on optax's
+    own test inputs). For optax's number on unnormalised targets, call optax.
 
     Example:
       >>> import jax, jax.numpy as jnp

@@ -201,6 +201,10 @@ def reverse_kl_divergence(
     """KL(q || p) as optax's `kl_divergence_with_log_targets(log p, log q)` (torch's
     `kl_div(log p, log q, log_target=True)`): sum exp(log q) (log q - log p).
 
+    That is, with the teacher's log p as optax's `log_predictions` and the student's log q
+    as its `log_targets`: called the other way round, student first as a trainer calls
+    it, optax's function is KL(p || q), `numerics.kl_divergence`.
+
     The value is exactly 0 at z_S = z_T, but its gradient q (log q - log p - KL) + q
     (1 - sum q) carries the rounding of sum q and of exp(log q).
 

@@ -1,8 +1,9 @@
 """`numerics` as a drop-in for optax and jax.nn (issue 19).
 
 Forward-mode autodiff, empty class axes, tuple and None axes, masks and padded
-batches read as optax reads them, and residual memory under `jax.grad`. The
-remaining deliberate differences are listed in docs/compat.md.
+batches read as optax reads them, and residual memory under `jax.grad`; the KL divergence
+on optax's own test inputs (issue 43). The remaining deliberate differences are listed in
+docs/compat.md.
 """
 
 import contextlib
@@ -414,3 +415,70 @@ def test_residuals_are_at_most_one_and_a_half_times_the_peers(name):
     ours, theirs = BIG_PAIRS[name]
     z = jnp.asarray(BIG_Z)
     assert _residual_bytes(_weighted(ours), z) <= 1.5 * _residual_bytes(_weighted(theirs), z)
+
+
+# -- 6. the KL divergence on optax's own test inputs ------------------------------------
+
+# optax/losses/_classification_test.py (0.2.8), KLDivergenceTest and
+# KLDivergenceWithLogTargetsTest: log-probabilities rounded to 4 decimals (rows summing to 1
+# within 3e-5), and probabilities of which the second row sums to 0.9.
+OPTAX_LOG_PS = np.array(
+    [
+        [-2.9957, -3.5066, -3.9120, -1.2040, -0.6931, -2.3026],
+        [-1.6094, -1.6094, -1.6094, -2.3026, -1.8971, -1.8971],
+    ]
+)
+OPTAX_QS = np.array([[0.2, 0.2, 0.2, 0.1, 0.15, 0.15], [0.05, 0.03, 0.02, 0.3, 0.5, 0.0]])
+
+
+def test_kl_with_log_targets_is_our_kl_in_optax_argument_order():
+    # optax.kl_divergence_with_log_targets(log_predictions, log_targets) is
+    # sum exp(log_targets) (log_targets - log_predictions) = KL(targets || predictions):
+    # numerics.kl_divergence(student = predictions, teacher = targets). docs/compat.md mapped
+    # it to reverse_kl_divergence before issue 43, which swaps the rows' values here.
+    log_targets = OPTAX_LOG_PS[::-1]  # optax's `qs` of that test
+    theirs = optax.losses.kl_divergence_with_log_targets(OPTAX_LOG_PS, log_targets)
+    ours = numerics.kl_divergence(OPTAX_LOG_PS, log_targets)
+    # optax's own tolerance there: the inputs' rounding to 4 decimals (ours normalises it
+    # away, theirs keeps it) moves the value by up to 7e-5.
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    np.testing.assert_allclose(ours, [0.8875625, 0.7187435584901326], atol=1e-4)  # optax's
+    wrong = numerics.reverse_kl_divergence(OPTAX_LOG_PS, log_targets)
+    assert np.all(np.abs(wrong - theirs) > 0.1)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_kl_with_log_targets_matches_optax_on_log_probabilities(dtype, axis):
+    # optax's test_axis inputs, as probabilities: targets and predictions normalised along
+    # `axis` (log_softmax of random logits, shape (4, 5, 6)).
+    rng = np.random.default_rng(43)
+    student, teacher = (jnp.asarray(rng.standard_normal((4, 5, 6)), dtype) for _ in range(2))
+    log_q, log_p = (jax.nn.log_softmax(z, axis=axis) for z in (student, teacher))
+    theirs = np.asarray(optax.losses.kl_divergence_with_log_targets(log_q, log_p, axis=axis))
+    ours = np.asarray(numerics.kl_divergence(student, teacher, axis=axis))
+    from_logs = np.asarray(numerics.kl_divergence(log_q, log_p, axis=axis))
+    # optax sums K = 4 to 6 terms p (log p - log q) of rounded log-probabilities: each term
+    # carries about 3 roundings of |log p| + |log q| < 11 (|log p| < 5.5 here), weighted by
+    # p (summing to 1), 33 eps; log_softmax's rows sum to 1 within K eps, times KL < 2,
+    # 12 eps; ours is within a few eps. 64 eps bounds the sum (1.4e-14 in float64, 7.6e-6
+    # in float32; measured 4 eps).
+    atol = 64 * float(jnp.finfo(dtype).eps)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=atol)
+    np.testing.assert_allclose(from_logs, theirs, rtol=0, atol=atol)
+
+
+def test_kl_normalises_a_teacher_that_optax_takes_as_it_is():
+    # optax's KLDivergenceTest.test_batched: the second target row sums to s = 0.9. optax
+    # computes sum t (log t - log_predictions) on it as given (0.7593); numerics.kl_divergence
+    # takes logits, so log t is renormalised to t / s, as is exp(log_predictions) (its rows
+    # sum to r = 1 + 1.5e-5 and 1 + 2.7e-5): KL(t / s || p / r) = 0.9490 (docs/compat.md).
+    with np.errstate(divide="ignore"):
+        log_qs = np.log(OPTAX_QS)
+    theirs = np.asarray(optax.kl_divergence(OPTAX_LOG_PS, OPTAX_QS))
+    ours = np.asarray(numerics.kl_divergence(OPTAX_LOG_PS, log_qs))
+    np.testing.assert_allclose(theirs, [0.8875577, 0.7592807], atol=1e-7)  # optax's numbers
+    np.testing.assert_allclose(ours, [0.8875725, 0.9490330], atol=1e-7)
+    # optax's number from ours: sum t log(t / x) = s KL(t / s || x / r) + s log s - s log r.
+    s, r = OPTAX_QS.sum(-1), np.exp(OPTAX_LOG_PS).sum(-1)
+    np.testing.assert_allclose(s * ours + s * np.log(s) - s * np.log(r), theirs, rtol=1e-12)
