@@ -32,6 +32,7 @@ from numerics._divergence import js_divergence as js_divergence
 from numerics._divergence import kl_divergence as kl_divergence
 from numerics._divergence import reverse_kl_divergence as reverse_kl_divergence
 from numerics._linear import linear_cross_entropy as linear_cross_entropy
+from numerics._logsumexp import logsumexp as logsumexp
 from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
 from numerics._softmax import log_softmax as log_softmax
 from numerics._softmax import softmax as softmax
@@ -50,6 +51,7 @@ __all__ = [
     "linear_cross_entropy",
     "log_softmax",
     "logit_margin",
+    "logsumexp",
     "oracle",
     "precision_cliff",
     "reverse_kl_divergence",

@@ -90,12 +90,13 @@ def off_max(gap: jax.Array) -> jax.Array:
     return jnp.minimum(one, gap / jnp.finfo(gap.dtype).smallest_normal)
 
 
-def _shifted(x: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """x_k - max x over the last axis in the compute dtype (`compute_dtype`): an exact 0 at
-    each maximum (+inf included), -inf where masked out, NaN for a row of only -inf."""
+def shifted_and_max(x: jax.Array, mask: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    """(x_k - max x, max x) over the last axis (the max keepdims) in the compute dtype
+    (`compute_dtype`): an exact 0 at each maximum (+inf included), -inf where masked out,
+    NaN for a row of only -inf (whose max is -inf)."""
     z = _kept_logits(x, mask)
     top = jnp.max(z, axis=-1, keepdims=True)
-    return jnp.where((z == top) & (top > -jnp.inf), jnp.zeros((), z.dtype), z - top)
+    return jnp.where((z == top) & (top > -jnp.inf), jnp.zeros((), z.dtype), z - top), top
 
 
 def sum_of_others(e: jax.Array, shifted: jax.Array) -> jax.Array:
@@ -222,7 +223,7 @@ def _kept(out: jax.Array, x: jax.Array, mask, fill: float) -> jax.Array:
 @jax.custom_jvp
 def log_softmax_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
     """log_softmax over the last axis: shifted_k - log1p(S_others), rounded once."""
-    shifted = _shifted(x, mask)
+    shifted, _ = shifted_and_max(x, mask)
     s_others = sum_of_others(jnp.exp(shifted), shifted)
     return _kept(shifted - log1p_of_sum(s_others), x, mask, -jnp.inf)
 
@@ -238,7 +239,7 @@ def _log_softmax_jvp(primals, tangents):
 @jax.custom_jvp
 def softmax_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
     """softmax over the last axis: e^shifted_k / (1 + S_others), rounded once."""
-    shifted = _shifted(x, mask)
+    shifted, _ = shifted_and_max(x, mask)
     # One array of exponentials for the sums and the quotients: XLA's sum and
     # elementwise exp kernels can round e^shifted differently, and S_others from the
     # same e_k makes the errors of e_k / (1 + S_others) partly cancel.

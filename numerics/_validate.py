@@ -234,3 +234,36 @@ def student_teacher(
             temperature = jnp.asarray(temperature, dtype)
             student, teacher = student / temperature, teacher / temperature
     return student, teacher, mask
+
+
+def reduction(
+    a: ArrayLike, axis: Axis, b: ArrayLike | None, where: ArrayLike | None, keepdims: bool
+):
+    """Check the arguments of a logsumexp (`jax.nn.logsumexp`'s): return a (0-d as shape
+    (1,)), its reduced axes, b and the mask broadcast to a's shape (or None), and the
+    output's shape (a's without the axes; with them, size 1, when `keepdims`; () for a 0-d
+    a, which only axis None or () can reduce). b must have a's dtype: no promotion."""
+    a = float_array(a, "a", float8=True)
+    shape = a.shape
+    if a.ndim == 0:
+        if axis not in (None, ()):
+            raise ValueError(f"axis {axis!r} is out of range for a 0-d a: use None or ().")
+        a, axis = a.reshape(1), None
+    axes = class_axes(a, axis, "a")
+    if b is not None:
+        b = float_array(b, "b", float8=True)
+        if b.dtype != a.dtype:
+            raise TypeError(
+                f"b ({b.dtype}) must have the dtype of a ({a.dtype}): the lab never promotes "
+                "precision silently."
+            )
+        try:
+            np.broadcast_shapes(b.shape, a.shape)
+        except ValueError:
+            raise ValueError(
+                f"b of shape {b.shape} does not broadcast to a of shape {a.shape}."
+            ) from None
+        b = jnp.broadcast_to(b, a.shape)
+    mask = entry_mask(where, a.shape)
+    kept = [(1 if i in axes else n) for i, n in enumerate(shape) if keepdims or i not in axes]
+    return a, axes, b, mask, tuple(kept)

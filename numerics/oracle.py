@@ -131,6 +131,73 @@ def log_softmax_vjp(x, cotangent, axis: int = -1, *, exact: bool = False) -> np.
     return _finish(out, shape, axis, exact)
 
 
+def _logsumexp_row(row: np.ndarray, scale: np.ndarray, kept: np.ndarray):
+    """(log|T|, sign T, d/dx, d/db) of T = sum_k b_k e^x_k over the kept entries of one row."""
+    k = len(row)
+    zero, nan = mpmath.mpf(0), mpmath.mpf("nan")
+    live = kept & (scale != 0)  # entries with b = 0 are left out, as in jax.nn
+    if np.isnan(row[live]).any() or np.isnan(scale[kept]).any():
+        return nan, nan, _nan_row(k), _nan_row(k)
+    x = [_mp(v) if live[j] else mpmath.mpf("-inf") for j, v in enumerate(row)]
+    b = [_mp(v) if kept[j] else zero for j, v in enumerate(scale)]
+    top = max(x)
+    if top == mpmath.inf:  # the sum is the +inf entries' b times inf
+        head = mpmath.fsum(b[j] for j in range(k) if x[j] == top)
+        if head == 0:  # their b cancel: inf - inf
+            return nan, nan, _nan_row(k), _nan_row(k)
+        return mpmath.inf, mpmath.sign(head), _nan_row(k), _nan_row(k)
+    if top == -mpmath.inf:  # the empty sum
+        return mpmath.mpf("-inf"), zero, [zero] * k, [zero] * k
+    # T e^-top = head + tail: the maxima's b, and the entries below them, kept apart so
+    # that log1p(tail / head) keeps a tail below any working precision.
+    head = mpmath.fsum(b[j] for j in range(k) if x[j] == top)
+    tail = mpmath.fsum(b[j] * mpmath.exp(x[j] - top) for j in range(k) if x[j] < top)
+    total = head + tail
+    if total == 0:
+        return mpmath.mpf("-inf"), zero, _nan_row(k), _nan_row(k)
+    if head != 0 and abs(tail) < abs(head) / 2:
+        log_abs = mpmath.log(abs(head)) + mpmath.log1p(tail / head)
+    else:
+        log_abs = mpmath.log(abs(total))
+    # d/db_k = e^(x_k - top) / (T e^-top), also where b_k = 0 (not where masked out).
+    e = [mpmath.exp(_mp(v) - top) if kept[j] else zero for j, v in enumerate(row)]
+    grad_b = [v / total for v in e]
+    grad_x = [b[j] * e[j] / total if live[j] else zero for j in range(k)]
+    return top + log_abs, mpmath.sign(total), grad_x, grad_b
+
+
+def logsumexp_value_and_grad(x, axis: int = -1, b=None, where=None, *, exact: bool = False):
+    """Reference (log|T|, sign of T, d/dx, d/db) of T = sum_k b_k e^x_k along `axis` (b = 1
+    when None), as `jax.nn.logsumexp(x, axis, b, return_sign=True, where=where)`.
+
+    Entries masked out by `where` and entries with b = 0 are left out; the empty sum is
+    -inf with sign 0 and derivatives 0; +inf entries give +inf (NaN where their b cancel)
+    and NaN derivatives. log|T| is max + log|head| + log1p(tail / head), head the b of the
+    maxima and tail the terms below them, so a tail below 2^-`PRECISION_BITS` of the head
+    keeps its digits. d/dx_k = b_k e^x_k / T (the b-weighted softmax); d/db_k = e^x_k / T,
+    also where b_k = 0.
+    """
+    rows, shape = _rows(x, axis)
+    full = np.shape(x)
+    scales = np.ones(rows.shape) if b is None else _rows(np.broadcast_to(b, full), axis)[0]
+    masks = (
+        np.ones(rows.shape, bool)
+        if where is None
+        else _rows(np.broadcast_to(where, full), axis)[0].astype(bool)
+    )
+    with mpmath.workprec(PRECISION_BITS):
+        res = [_logsumexp_row(*r) for r in zip(rows, scales, masks, strict=True)]
+    value = _finish([r[0] for r in res], shape, None, exact)
+    sign = _finish([r[1] for r in res], shape, None, exact)
+    grads = (_finish([r[i] for r in res], shape, axis, exact) for i in (2, 3))
+    return value, sign, *grads
+
+
+def logsumexp(x, axis: int = -1, b=None, where=None, *, exact: bool = False) -> np.ndarray:
+    """Reference log|sum_k b_k e^x_k| along `axis` (`logsumexp_value_and_grad`)."""
+    return logsumexp_value_and_grad(x, axis, b, where, exact=exact)[0]
+
+
 def _cross_entropy_row(row: np.ndarray, t: int, z_loss=0.0, soft_cap=None, label_smoothing=0.0):
     """(loss, grad, margin) of one row, with the options of `cross_entropy`."""
     k = len(row)

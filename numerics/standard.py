@@ -2,7 +2,7 @@
 
 These exist so experiments compare like with like: the same entry checks and
 signatures as the fixed functions, and the same sequence of operations as
-`jax.nn.log_softmax`, `jax.nn.softmax`,
+`jax.nn.log_softmax`, `jax.nn.softmax`, `jax.nn.logsumexp`,
 `optax.softmax_cross_entropy_with_integer_labels` and
 `optax.softmax_cross_entropy` (optax 0.2.8), so they collapse at the precision
 cliff exactly as those do. The tests check them bit-for-bit against jax.nn and
@@ -53,6 +53,35 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
     axes = _validate.class_axes(x, axis, "x")
     where = _validate.entry_mask(where, x.shape)
     return jax.nn.softmax(x, axis=axes, where=where)
+
+
+def logsumexp(
+    a: ArrayLike,
+    axis: Axis = None,
+    b: ArrayLike | None = None,
+    keepdims: bool = False,
+    return_sign: bool = False,
+    where: ArrayLike | None = None,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """`jax.nn.logsumexp`: max + log(sum(b exp(a - max))); a tail below the max's ulp rounds away.
+
+    log(1 + e^-m) rounds to 0 past `precision_cliff(dtype)`, so logsumexp([0, -20]) is 0 in
+    float32 (exactly 2.06e-9). The arguments and checks of `numerics.logsumexp`.
+
+    Args:
+      a: floating-point array.
+      axis: an axis, a tuple of axes, or None for all axes.
+      b: optional scale factors of a's dtype, broadcastable to `a`.
+      keepdims: keep the reduced axes, of size 1.
+      return_sign: return (log|sum|, sign of the sum).
+      where: optional boolean mask broadcastable to `a`.
+
+    Returns:
+      log(sum), or the pair (log|sum|, sign), of a's dtype.
+    """
+    a, axes, b, where, out_shape = _validate.reduction(a, axis, b, where, keepdims)
+    out = jax.nn.logsumexp(a, axes, b, keepdims, return_sign, where)
+    return tuple(o.reshape(out_shape) for o in out) if return_sign else out.reshape(out_shape)
 
 
 def cross_entropy(

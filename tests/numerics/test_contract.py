@@ -24,7 +24,13 @@ NORMALIZERS = [numerics.log_softmax, numerics.softmax, standard.log_softmax, sta
 def test_every_export_has_a_docstring():
     for name in numerics.__all__:
         assert getattr(numerics, name).__doc__, name
-    for name in ["log_softmax", "softmax", "cross_entropy", "soft_target_cross_entropy"]:
+    for name in [
+        "log_softmax",
+        "softmax",
+        "logsumexp",
+        "cross_entropy",
+        "soft_target_cross_entropy",
+    ]:
         assert getattr(standard, name).__doc__, name
 
 
@@ -240,6 +246,10 @@ def test_standard_is_jax_nn_and_optax_bit_for_bit(dtype):
     pairs = [
         (standard.log_softmax(z), jax.nn.log_softmax(z)),
         (standard.softmax(z), jax.nn.softmax(z)),
+        (
+            standard.logsumexp(z, (1,), b=teacher, where=z > -3, return_sign=True),
+            jax.nn.logsumexp(z, (1,), b=teacher, where=z > -3, return_sign=True),
+        ),
         (standard.cross_entropy(z, t), optax.softmax_cross_entropy_with_integer_labels(z, t)),
         (
             jax.grad(lambda z: standard.cross_entropy(z, t).sum())(z),

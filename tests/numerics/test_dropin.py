@@ -1,9 +1,9 @@
 """`numerics` as a drop-in for optax and jax.nn (issue 19).
 
 Forward-mode autodiff, empty class axes, tuple and None axes, masks and padded
-batches read as optax reads them, and residual memory under `jax.grad`; the KL divergence
-on optax's own test inputs (issue 43). The remaining deliberate differences are listed in
-docs/compat.md.
+batches read as optax reads them, and residual memory under `jax.grad`; `logsumexp` on
+`jax.nn.logsumexp`'s arguments, and the KL divergence on optax's own test inputs (issue
+43). The remaining deliberate differences are listed in docs/compat.md.
 """
 
 import contextlib
@@ -44,6 +44,10 @@ def _zero_sum(z):
     return numerics.zero_sum_cross_entropy(z, T)
 
 
+def _lse(z):
+    return numerics.logsumexp(z, axis=-1)
+
+
 # Each fixed function and the jax.nn / optax function it stands in for.
 PAIRS = {
     "cross_entropy": (_ce, lambda z: optax.softmax_cross_entropy_with_integer_labels(z, T)),
@@ -53,8 +57,9 @@ PAIRS = {
     ),
     "log_softmax": (numerics.log_softmax, jax.nn.log_softmax),
     "softmax": (numerics.softmax, jax.nn.softmax),
+    "logsumexp": (_lse, lambda z: jax.nn.logsumexp(z, axis=-1)),
 }
-FORWARD_MODE = [_ce, _soft, _soft_both, numerics.log_softmax, numerics.softmax, _zero_sum]
+FORWARD_MODE = [_ce, _soft, _soft_both, numerics.log_softmax, numerics.softmax, _zero_sum, _lse]
 
 
 def _weighted(fn):
@@ -407,6 +412,7 @@ BIG_PAIRS = {
     ),
     "log_softmax": (numerics.log_softmax, jax.nn.log_softmax),
     "softmax": (numerics.softmax, jax.nn.softmax),
+    "logsumexp": (_lse, lambda z: jax.nn.logsumexp(z, axis=-1)),
 }
 
 
@@ -482,3 +488,94 @@ def test_kl_normalises_a_teacher_that_optax_takes_as_it_is():
     # optax's number from ours: sum t log(t / x) = s KL(t / s || x / r) + s log s - s log r.
     s, r = OPTAX_QS.sum(-1), np.exp(OPTAX_LOG_PS).sum(-1)
     np.testing.assert_allclose(s * ours + s * np.log(s) - s * np.log(r), theirs, rtol=1e-12)
+
+
+# -- 7. logsumexp with jax.nn.logsumexp's arguments ------------------------------------
+
+
+def _lse_tolerances(x, b, where, axis):
+    """How far ours and jax.nn.logsumexp may differ on float64 rows: the sum of both error
+    models (ours: tests/numerics/test_logsumexp.py; jax.nn's M + log(sum) the same count
+    without TwoSum and lo), in units u = 2^-53 of the value and of each gradient entry.
+
+    With kappa = sum |b e^x| / |sum b e^x| (1 for b >= 0: the sum's own conditioning), G the
+    largest gap M - x (the rounding of x - M, |gap| u per term), L = lse - M:
+    value: each side (4 + log2 K + G) kappa + 3 |L| + |lse| (exp 3u, the product by b, the
+    sum, the log, M + L); gradient entry w = b e^(x - M) / T: each side |w| (6 + G + (4 +
+    log2 K + G) kappa) (exp, product, division, lo and the gap, and T's relative error).
+    """
+    x = np.asarray(x, np.float64)
+    b = np.broadcast_to(np.asarray(b, np.float64), x.shape)
+    kept = np.asarray(where) & (b != 0)
+    live = np.where(kept, x, -np.inf)
+    top = np.max(live, axis=axis, keepdims=True)
+    e = np.where(kept, np.exp(live - top), 0.0)
+    total = np.sum(b * e, axis=axis, keepdims=True)
+    kappa = np.sum(np.abs(b) * e, axis=axis, keepdims=True) / np.abs(total)
+    gap = np.max(np.where(kept, top - live, 0.0), axis=axis, keepdims=True)
+    k = x.size // top.size
+    lse = top + np.log(np.abs(total))
+    u = 2.0**-53
+    value = 2 * u * ((4 + np.log2(k) + gap) * kappa + 3 * np.abs(lse - top) + np.abs(lse))
+    per_entry = 2 * u * (6 + gap + (4 + np.log2(k) + gap) * kappa)
+    squeeze = functools.partial(np.squeeze, axis=axis) if axis is not None else np.squeeze
+    return squeeze(value), per_entry * np.abs(b * e / total), per_entry * np.abs(e / total)
+
+
+@pytest.mark.parametrize("axis", [None, 0, -1, (1, 2), (2, 0), ()])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_logsumexp_axes_and_keepdims_as_jax_nn(axis, keepdims):
+    x = jnp.asarray(X, F64)
+    ours = numerics.logsumexp(x, axis=axis, keepdims=keepdims)
+    theirs = jax.nn.logsumexp(x, axis=axis, keepdims=keepdims)
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    tol, _, _ = _lse_tolerances(X, 1.0, np.ones(X.shape, bool), axis)
+    np.testing.assert_array_less(np.abs(ours - theirs), np.reshape(tol, ours.shape) + 1e-300)
+
+
+@pytest.mark.parametrize("axis", [None, 1, (2, 0)])
+@pytest.mark.parametrize("signed", [False, True])
+def test_logsumexp_b_where_and_return_sign_as_jax_nn(axis, signed):
+    x = jnp.asarray(X, F64)
+    b = jnp.asarray(0.5 + np.cos(np.arange(X.size)).reshape(X.shape) ** 2, F64)
+    if signed:  # the larger entries negative: negative sums and cancellation (kappa to 15)
+        b = jnp.where(x > 1.0, -b, b)
+    where = jnp.asarray(np.arange(X.size).reshape(X.shape) % 5 != 0)
+
+    @jax.jit
+    def both(x, b):
+        out = []
+        for f in (numerics.logsumexp, jax.nn.logsumexp):
+            call = functools.partial(f, axis=axis, where=where, return_sign=True)
+            grads = jax.grad(lambda x, b, g=call: g(x, b=b)[0].sum(), (0, 1))(x, b)
+            out.append((*call(x, b=b), *grads, f(x, axis=axis, b=b, where=where)))
+        return out
+
+    ours, theirs = both(x, b)
+    value_tol, grad_x_tol, grad_b_tol = _lse_tolerances(X, b, where, axis)
+    np.testing.assert_array_equal(ours[1], theirs[1])  # the signs
+    assert np.any(ours[1] < 0) == signed
+    checks = {
+        "log|sum|": (0, value_tol),
+        "d/dx": (2, grad_x_tol),
+        "d/db": (3, grad_b_tol),
+    }
+    for name, (i, tol) in checks.items():
+        err = np.abs(np.asarray(ours[i]) - np.asarray(theirs[i]))
+        assert np.all(err <= tol), (name, float(np.max(err - tol)))
+    # Without return_sign: the same, NaN where the sum is negative, as in jax.nn.
+    np.testing.assert_array_equal(np.isnan(ours[4]), np.asarray(ours[1]) < 0)
+    np.testing.assert_array_equal(np.isnan(ours[4]), np.isnan(theirs[4]))
+
+
+def test_logsumexp_gradient_in_b_where_b_is_zero():
+    # jax.nn drops entries with b = 0 before differentiating, so d/db is 0 there; ours is
+    # the derivative, e^(x_k) / sum (a weight that starts at 0 can still grow).
+    x = jnp.array([0.0, 1.0, 2.0])
+    b = jnp.array([1.0, 0.0, 2.0])
+    ours = jax.grad(lambda b: numerics.logsumexp(x, b=b))(b)
+    theirs = jax.grad(lambda b: jax.nn.logsumexp(x, b=b))(b)
+    exact = np.exp(x) / np.sum(b * np.exp(x))
+    np.testing.assert_allclose(ours, exact, rtol=1e-15)
+    assert theirs[1] == 0 and ours[1] > 0
+    np.testing.assert_allclose(theirs[::2], exact[::2], rtol=1e-15)

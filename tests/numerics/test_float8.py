@@ -6,8 +6,9 @@ value is one float32 computation (within a few float32 ulps, plus |m| of conditi
 under 500 float32 ulps = 2^-11 float8 ulps) rounded once, so within 0.5 + 2^-10 ulps of
 float8; gradients formed by reverse mode from a probability already rounded to float8, and
 the losses' gradients, within the lab's table `ULPS` (as bf16 and fp16 in
-test_exhaustive.py); the soft-target loss and the divergences within the bounds
-`numerics.testing` derives for them (their conditioning on log(q / p)).
+test_exhaustive.py); logsumexp's gradient, the fixed softmax itself, as a value; the
+soft-target loss and the divergences within the bounds `numerics.testing` derives for them
+(their conditioning on log(q / p)).
 """
 
 import functools
@@ -44,6 +45,8 @@ def _everything(x, labels0, labels1):
     for name, fn in (("log_softmax", numerics.log_softmax), ("softmax", numerics.softmax)):
         y, vjp = jax.vjp(fn, x)
         out[name] = (y, vjp(cot)[0])
+    y, vjp = jax.vjp(lambda x: numerics.logsumexp(x, axis=-1), x)
+    out["logsumexp"] = (y, vjp(jnp.ones_like(y))[0])
     pairs = {"soft_target": numerics.soft_target_cross_entropy, **DIVERGENCES}
     for name, fn in pairs.items():
         out[name] = (fn(x, zeros), jax.grad(lambda s, f=fn: f(s, zeros).sum())(x))
@@ -83,6 +86,11 @@ def test_normalizers_and_cross_entropy_on_every_value(dtype):
         assert y.dtype == dtype and g.dtype == dtype
         testing.assert_ulp_close(y, ref(x), ONE_ROUNDING, dtype, err_msg=name)
         testing.assert_ulp_close(g, vjp(x, cot), ULPS["autodiff_grad"][dtype], dtype, err_msg=name)
+    # logsumexp: a value, and a gradient that is the fixed softmax, each rounded once.
+    y, g = got["logsumexp"]
+    assert y.dtype == dtype and g.dtype == dtype
+    testing.assert_ulp_close(y, oracle.logsumexp(x), ONE_ROUNDING, dtype, err_msg="logsumexp")
+    testing.assert_ulp_close(g, oracle.softmax(x), ONE_ROUNDING, dtype, err_msg="d logsumexp")
 
 
 @pytest.mark.parametrize("dtype", FLOAT8, ids=str)
