@@ -195,7 +195,12 @@ def _start_rows(ev: Evidence) -> list[Row]:
                 paper=number.stated,
                 ours=lambda std=std, typical=typical: (
                     f"typical row (median of max_k |g_k|): "
-                    f"{typical:.2g}; largest entry {std[0].summary.get('residual_gradient')}"
+                    f"{typical:.2g}; largest entry "
+                    + (
+                        f"{std[0].summary['residual_gradient']:.2g}"
+                        if std[0].summary.get("residual_gradient") is not None
+                        else "not stored"
+                    )
                 ),
                 tolerance=number.tolerance,
                 ok=None if typical is None else number.holds(typical),
