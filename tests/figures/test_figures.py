@@ -26,10 +26,11 @@ TINY["progress_measures"] = (False,)  # on only where a figure draws them (their
 
 
 def _fake_metrics(cfg, spiky: bool):
-    """Plausible curves: loss falling to a floor (with two spikes if `spiky`), margin rising."""
+    """Plausible curves: loss falling to a floor (with two spikes if `spiky`), margin rising
+    past c32 (-log 1e-8 = 18.4), as fig6's spike rows need to be tested."""
     n = cfg.steps
     step = np.arange(n)
-    ce = np.geomspace(1.0, 1e-7, n)
+    ce = np.geomspace(1.0, 1e-8, n)
     if spiky:
         ce[n // 2 : n // 2 + 3] = 1e-1
         ce[3 * n // 4 : 3 * n // 4 + 3] = 1e-1
