@@ -266,20 +266,37 @@ def _measure(name: str):
 
 
 def _cliff_rows() -> list[Row]:
-    rows = []
-    for name, dtype in DTYPES:
-        first = _measure(name).standard_grad_zero_from
-        rows.append(
-            cliff_row(
-                f"standard CE's target gradient is exactly 0 from the cliff on ({name})",
-                CLIFFS[name],
-                dtype,
-                first,
-                "g_t",
-                lambda m, dtype=dtype: target_gradients(dtype, m, truth=False)["standard"],
-            )
+    """Where standard CE's target gradient is 0 from (Sec. 1-2, Fig. 1a), and where its loss
+    is (Sec. 2 and Fig. 2's caption: past c_d 'log(1 + e^-m) evaluates to log(1) = 0', the
+    loss 'rounds to 0'), each against c_d with the cliffs' own tolerance, as stated."""
+    kinds = (
+        (
+            "standard CE's target gradient is exactly 0 from the cliff on",
+            CLIFFS,
+            "standard_grad_zero_from",
+            "g_t",
+            lambda dtype, m: target_gradients(dtype, m, truth=False)["standard"],
+        ),
+        (
+            "standard CE's loss rounds to 0 at the cliff",
+            LOSS_CLIFFS,
+            "standard_loss_zero_from",
+            "loss",
+            lambda dtype, m: _standard_loss_at(dtype, m),
+        ),
+    )
+    return [
+        cliff_row(
+            f"{claim} ({name})",
+            numbers[name],
+            dtype,
+            getattr(_measure(name), field),
+            what,
+            lambda m, dtype=dtype, fn=fn: fn(dtype, m),
         )
-    return rows
+        for claim, numbers, field, what, fn in kinds
+        for name, dtype in DTYPES
+    ]
 
 
 @functools.cache
@@ -294,26 +311,6 @@ def _standard_loss_at(dtype, m: np.ndarray) -> np.ndarray:
         m = jnp.asarray(np.asarray(m).astype(dtype))
         z = jnp.stack([m, jnp.zeros_like(m)], axis=-1)
         return np.asarray(_standard_loss()(z, jnp.zeros(m.shape, jnp.int32)), np.float64)
-
-
-def _loss_cliff_rows() -> list[Row]:
-    """Sec. 2 and Fig. 2's caption: past c_d 'log(1 + e^-m) evaluates to log(1) = 0', the
-    loss 'rounds to 0' at the cliff. Tested as stated, with the cliffs' own tolerance: where
-    the standard loss is exactly 0 from, against c_d."""
-    rows = []
-    for name, dtype in DTYPES:
-        first = _measure(name).standard_loss_zero_from
-        rows.append(
-            cliff_row(
-                f"standard CE's loss rounds to 0 at the cliff ({name})",
-                LOSS_CLIFFS[name],
-                dtype,
-                first,
-                "loss",
-                lambda m, dtype=dtype: _standard_loss_at(dtype, m),
-            )
-        )
-    return rows
 
 
 def _underflow(dtype) -> float:
@@ -651,7 +648,6 @@ def claims(evidence: Evidence) -> list[Row]:
     speed (from the CE benchmark)."""
     return (
         _cliff_rows()
-        + _loss_cliff_rows()
         + _survival_rows()
         + _underflow_rows()
         + _sum_rows()

@@ -89,6 +89,13 @@ def draw(ctx: Context) -> list:
 # --- the report's claims (Sec. 7, Fig. 7) -----------------------------------------------------
 
 
+def _teacher_params(run, store):
+    """The stored parameters of `run`'s teacher; None when the store does not hold them."""
+    from grokbench.distill import teacher_config
+
+    return store.load_params(teacher_config(run.config)) if store is not None else None
+
+
 def typical_residual(run, store, objective: str = "soft_target") -> float | None:
     """Standard soft-target CE's (or `objective`'s) residual gradient at z_S = z_T as the
     paper means it: the median over the teacher's training rows of max_k |g_k| (Fig. 1b's
@@ -98,11 +105,9 @@ def typical_residual(run, store, objective: str = "soft_target") -> float | None
     import jax.numpy as jnp
 
     import tasks
-    from grokbench.distill import teacher_config
     from grokbench.precision import get_precision
 
-    cfg = run.config
-    params = store.load_params(teacher_config(cfg)) if store is not None else None
+    cfg, params = run.config, _teacher_params(run, store)
     if params is None:
         return None
     policy = get_precision(cfg.precision)
@@ -122,10 +127,8 @@ def teacher_margins(run, store) -> np.ndarray | None:
 
     import numerics
     import tasks
-    from grokbench.distill import teacher_config
 
-    cfg = run.config
-    params = store.load_params(teacher_config(cfg)) if store is not None else None
+    cfg, params = run.config, _teacher_params(run, store)
     if params is None:
         return None
     model = tasks.build_model(cfg.model_config())
@@ -144,7 +147,6 @@ def _mechanism_rows(ev: Evidence) -> list[Row]:
     from grokbench import recipes
 
     base = recipes.RECIPES["fig7"].base
-    rows = []
     runs = select(ev.runs("fig7"), precision="fp32", loss="standard", **_SOFT_TARGET)
     margins = teacher_margins(runs[0], ev.store) if runs else None
     cliff = numerics.precision_cliff(ml_dtypes.bfloat16)
@@ -154,12 +156,12 @@ def _mechanism_rows(ev: Evidence) -> list[Row]:
         import jax
         import jax.numpy as jnp
 
-        # The largest scaled margin's row, in bf16: logits [m / T, 0] (target 0).
+        # Each row's scaled margin as logits [m / T, 0] (target 0), its softmax in bf16.
         scaled = jnp.stack([jnp.asarray(margins / t), jnp.zeros(margins.shape)], -1)
         p = np.asarray(jax.nn.softmax(scaled.astype(jnp.bfloat16), axis=-1), np.float64)
         return int(np.sum(p[:, 0] == 1.0))
 
-    rows.append(
+    return [
         claim_row(
             claim=f"T = {t:g} keeps the teacher's scaled margins m/T below c16, so its soft "
             "targets do not round to one-hot (bf16)",
@@ -176,8 +178,7 @@ def _mechanism_rows(ev: Evidence) -> list[Row]:
             ok=None if margins is None else lambda: bool(np.all(margins / t < cliff)),
             why=ev.why("fig7") if not runs else "the teacher's parameters are not in the store",
         )
-    )
-    return rows
+    ]
 
 
 def _start_rows(ev: Evidence) -> list[Row]:
