@@ -9,21 +9,57 @@ from whatever finished runs of this scale the store holds.
 
 from __future__ import annotations
 
+import json
 import pathlib
+import platform
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tqdm
 
 from figures import registry
 from figures._common import Context
 from grokbench.config import ConfigError, did_you_mean
+from grokbench.console import duration, plural
 from grokbench.runtime import CompileMeter
 from grokbench.store import Store, atomic_write_json
 
-__all__ = ["TIMES_FILE", "build", "check_names", "names", "resolve"]
+__all__ = [
+    "REFERENCE_TIMES",
+    "TIMES_FILE",
+    "build",
+    "check_names",
+    "forecast",
+    "format_forecast",
+    "missing",
+    "names",
+    "resolve",
+]
 
 TIMES_FILE = "build_times.json"
-"""Per figure and in total: wall, CPU and compile seconds, programs compiled and loaded."""
+"""Per figure and in total: wall, CPU and compile seconds, programs compiled and loaded, and
+the runs and run-steps (steps x runs) it trained; `forecast` reads it at the next build."""
+
+REFERENCE_TIMES = pathlib.Path(__file__).with_name("reference_build_times.json")
+"""A quick build's `TIMES_FILE` from a fresh 2-core CPU (its machine and date inside): the
+forecast's record when OUT holds none of this scale yet."""
+
+
+def _machine() -> str:
+    """'2-core <cpu>': what a record's times were measured on."""
+    import os
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{len(os.sched_getaffinity(0))}-core {cpu}"
 
 
 def names() -> list[str]:
@@ -58,6 +94,83 @@ def check_names(wanted: Sequence[str]) -> None:
         raise ConfigError(f"unknown figure(s) {name}; {did_you_mean(name, known)}")
 
 
+def _owner() -> dict[str, tuple[str, ...]]:
+    """Each build name -> the recipes whose runs it trains (its figure's)."""
+    return {build: f.recipes for f in registry.figures() for build in f.builds}
+
+
+def missing(ctx: Context, names: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Per build, in build order: (runs, run-steps) it will train, those the store lacks
+    (a run shared by two builds counts at the first)."""
+    seen: set = set()
+    plan = {}
+    for name in names:
+        runs = steps = 0
+        for recipe in _owner().get(name, ()):
+            for cfg in ctx.configs(recipe):
+                if cfg in seen or ctx.store.load_summary(cfg) is not None:
+                    continue
+                seen.add(cfg)
+                runs, steps = runs + 1, steps + cfg.steps
+        plan[name] = (runs, steps)
+    return plan
+
+
+def _record(out: pathlib.Path, scale: str) -> tuple[dict, str]:
+    """The per-build record the forecast scales: OUT's last build of this scale, else the
+    reference quick build; ({}, '') when neither fits."""
+    for path, where in ((out / TIMES_FILE, "this OUT's last build"), (REFERENCE_TIMES, None)):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("scale", "quick") != scale:
+            continue
+        return record, where or f"a build on {record.get('machine', 'another machine')}"
+    return {}, ""
+
+
+def forecast(
+    plan: Mapping[str, tuple[int, int]], record: Mapping[str, Mapping]
+) -> dict[str, float | None]:
+    """Expected seconds per build: the record's wall for it scaled by the run-steps left to
+    train (its wall as recorded for a build that trains nothing of its own, such as the quant
+    lab's, whose runs have their own store); None where the record lacks the build."""
+    expected: dict[str, float | None] = {}
+    for name, (_, steps) in plan.items():
+        past = record.get(name)
+        if not past:
+            expected[name] = None
+        elif past.get("run_steps"):
+            share = min(1.0, steps / past["run_steps"])
+            fixed = past["wall"] * 0.05  # drawing and loading stay when nothing trains
+            expected[name] = fixed + (past["wall"] - fixed) * share
+        else:
+            expected[name] = past["wall"]
+    return expected
+
+
+def format_forecast(
+    plan: Mapping[str, tuple[int, int]], expected: Mapping[str, float | None], source: str
+) -> str:
+    """The table `grokbench figures` prints before it works."""
+    lines = [f"{'build':<14}{'runs to train':>14}{'run-steps':>12}{'expected':>10}"]
+    for name, (runs, steps) in plan.items():
+        seconds = expected.get(name)
+        shown = "?" if seconds is None else f"{seconds:.0f} s"
+        lines.append(f"{name:<14}{runs:>14,}{steps:>12,}{shown:>10}")
+    known = [s for s in expected.values() if s is not None]
+    total = sum(runs for runs, _ in plan.values())
+    if known:
+        lines.append(
+            f"about {duration(sum(known))} for {plural(total, 'run')} to train "
+            f"(scaled from {source}; '?': no record)"
+        )
+    else:
+        lines.append(f"{plural(total, 'run')} to train (no record of an earlier build to time it)")
+    return "\n".join(lines)
+
+
 def build(
     names: Sequence[str] = (),
     *,
@@ -79,15 +192,32 @@ def build(
     )
     ctx.out.mkdir(parents=True, exist_ok=True)
     written: dict[str, list[pathlib.Path]] = {}
-    times: dict[str, dict[str, float]] = {}
+    times: dict[str, Any] = {"scale": ctx.scale, "machine": _machine()}
+    todo = resolve(names)
+    plan = missing(ctx, todo)
+    record, source = _record(ctx.out, ctx.scale)
+    expected = forecast(plan, record)
+    log(format_forecast(plan, expected, source), file=sys.stderr)
+    # The build's bar counts expected seconds (a build without a record: one per build), so
+    # its 'left' is the forecast corrected by the pace so far.
+    weights = {n: expected[n] if expected[n] is not None else 1.0 for n in todo}
+    overall = tqdm.tqdm(
+        total=round(sum(weights.values()), 1),
+        desc=f"[{ctx.scale}] build",
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} spent, ~{remaining} left",
+        disable=not progress,
+        file=sys.stderr,
+    )
     start, whole = time.perf_counter(), CompileMeter()
-    for name in resolve(names):
+    for name in todo:
         meter = CompileMeter()
         log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
         written[name] = registry.builds()[name](ctx)
         files = ", ".join(p.name for p in written[name])
-        times[name] = meter.read()
+        times[name] = {**meter.read(), "runs": plan[name][0], "run_steps": plan[name][1]}
+        overall.update(round(weights[name], 1))
         log(f"[{ctx.scale}] {name}: {files} ({CompileMeter.format(times[name])})", file=sys.stderr)
+    overall.close()
     if report:
         from figures import report as report_lib
 

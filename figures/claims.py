@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from figures._common import Run
+from grokbench import recipes
 
 Verdict = bool | Mapping[str, bool]
 """What a row's check returns: one test's outcome, or each named criterion's."""
@@ -104,8 +105,29 @@ class Evidence:
                 f"needs the full-scale runs (`grokbench figures {figure} --full`); "
                 "quick runs are shorter, with fewer seeds"
             )
+        if self.scale == "quick" and recipe in recipes.RECIPES:
+            if not recipes.expand(recipes.get_recipe(recipe), quick=True):
+                return (
+                    f"the quick build does not run {recipe} (`grokbench figures {figure} --full`)"
+                )
         flag = "" if self.scale == "quick" else " --full"
         return f"no {recipe} runs in the store (`grokbench figures {figure}{flag}` makes them)"
+
+    def decided_at(self, recipe: str, runs: Sequence[Run]) -> str:
+        """The note of a row a quick build decides from `runs` of `recipe`: '' at full scale;
+        at quick scale 'decided at quick scale (N seeds, S steps)' and the command for the
+        paper's scale. Only claims about events a short run shows whole (a spike, a crossing,
+        an overshoot that happened) are decided from quick runs: a quick run is the first
+        steps of the full run of its seed (no setting depends on the step count)."""
+        if self.scale == "full" or not runs:
+            return ""
+        from figures import registry
+
+        figure = registry.figure_of().get(recipe, recipe)
+        return (
+            f"decided at quick scale ({seeds(runs)}); the paper's scale: "
+            f"`grokbench figures {figure} --full`"
+        )
 
 
 def claim_row(
@@ -117,11 +139,13 @@ def claim_row(
     ours: Callable[[], str] | str,
     ok: Callable[[], Verdict] | Verdict | None,
     why: str = "",
+    scale: str = "",
 ) -> Row:
     """A claim's row. `ok` None (no measurement) gives `not tested` with `why`; otherwise
     `ok` (called if callable, so a check never runs on missing data) gives the verdict: a
     bool (the one criterion `TOLERANCE`) or a mapping of criterion -> passed, every one
-    evaluated, the row holding when all pass and naming in its note those that failed."""
+    evaluated, the row holding when all pass and naming in its note those that failed.
+    `scale` (`Evidence.decided_at`) leads the note of a decided row."""
     if ok is None:
         return Row(
             claim=claim,
@@ -144,7 +168,11 @@ def claim_row(
         ours=ours() if callable(ours) else ours,
         tolerance=tolerance,
         status=FAILS if failed else HOLDS,
-        note=f"failed: {'; '.join(failed)}" if failed and len(checks) > 1 else "",
+        note="; ".join(
+            part
+            for part in (scale, "failed: " + "; ".join(failed) if len(checks) > 1 else "")
+            if part and part != "failed: "
+        ),
         criteria=tuple(checks),
         failed=failed,
     )
@@ -207,6 +235,7 @@ def spikes_row(
     paper: str,
     groups: Mapping[str, tuple[Sequence[Run], int, int | None]],
     why: str,
+    scale: str = "",
 ) -> Row:
     """The spikes-per-seed row: for each group `label -> (runs, least, most)` every run has
     between `least` and `most` spikes (`most` None: no upper bound), each group a criterion of
@@ -247,6 +276,7 @@ def spikes_row(
             }
         ),
         why=why,
+        scale=scale,
     )
 
 

@@ -130,6 +130,17 @@ def claims(evidence: Evidence) -> list[Row]:
     if runs and not all("margin_mean" in r.metrics and "config" in r.summary for r in runs):
         runs, why = [], "a fig4 run without a stored mean margin or config"
     by = {(g["eps"], g["weight_decay"]): g for g in groups(runs)} if runs else {}
+    # Without weight decay the margin climbs past log(1/eps): that crossing is an event a
+    # quick run (the first 3,000 of the full run's 10,000 steps, one seed) shows whole, so a
+    # quick build decides the overshoot rows whose margin is already past; one not past yet
+    # is not tested there (the full run may still get there).
+    early = evidence.runs("fig4")
+    early_why = evidence.why("fig4")
+    if early and not all("margin_mean" in r.metrics and "config" in r.summary for r in early):
+        early, early_why = [], "a fig4 run without a stored mean margin or config"
+    early_by = {(g["eps"], g["weight_decay"]): g for g in groups(early)} if early else {}
+    scale = evidence.decided_at("fig4", early)
+    steps = early[0].config.steps if early else 0
     peaks = (
         [
             r["peak"]
@@ -187,20 +198,36 @@ def claims(evidence: Evidence) -> list[Row]:
                     )
                 )
             else:
-                rows.append(
-                    claim_row(
-                        claim=f"without weight decay the margin overshoots log(1/eps), eps {eps:g}",
-                        source=f"{paper.FIX}, Fig. 4b",
-                        paper=f"> {predicted:.2f}",
-                        ours=shown,
-                        tolerance="mean above the prediction",
-                        ok=None
-                        if g is None or g["measured_mean"] is None
-                        else g["measured_mean"] > predicted,
-                        why=why,
-                    )
-                )
+                rows.append(_overshoot_row(eps, early_by.get((eps, wd)), early_why, scale, steps))
     return rows
+
+
+def _overshoot_row(eps: float, g: dict | None, why: str, scale: str, steps: int) -> Row:
+    """Fig. 4b at one eps: the mean margin (plateau, else peak) above log(1/eps). At quick
+    scale (`scale` set) a margin not past it yet is not tested, never failed."""
+    predicted = numerics.equilibrium_margin(eps)
+    measured = None if g is None else g["measured_mean"]
+    if scale and measured is not None and measured <= predicted:
+        measured, why = (
+            None,
+            (
+                f"not past log(1/eps) yet at quick scale ({g['measured_mean']:.2f} after "
+                f"{steps:,} steps); `grokbench figures fig4 --full` runs the paper's scale"
+            ),
+        )
+    return claim_row(
+        claim=f"without weight decay the margin overshoots log(1/eps), eps {eps:g}",
+        source=f"{paper.FIX}, Fig. 4b",
+        paper=f"> {predicted:.2f}",
+        ours=lambda: (
+            f"{g['measured_mean']:.2f} +- {g['measured_std']:.2f} "
+            f"({g['plateaued']:.0%} of {g['n']} plateaued)"
+        ),
+        tolerance="mean above the prediction",
+        ok=None if measured is None else measured > predicted,
+        why=why,
+        scale=scale,
+    )
 
 
 FIGURE = Figure(

@@ -1,6 +1,8 @@
 """`grokbench figures`: every figure script on tiny cached results, the build's caching, the
 CLI's errors, and the reproduction report on a fabricated result set where claims fail."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -85,7 +87,12 @@ def test_each_run_figure_writes_non_empty_files(tmp_path, fake_engine, name):
     overrides = {**TINY, "progress_measures": (name == "progress",)}
     written = _build(tmp_path, [name], out=tmp_path / "out", overrides=overrides)
     files = written[name]
-    assert files and all(p.is_file() and p.stat().st_size > 1000 for p in files)
+    # Images above 1 kB; a table (Markdown, CSV) of one quick column is smaller: a header
+    # and at least one row.
+    assert files and all(
+        p.is_file() and (p.stat().st_size > 1000 or (p.suffix in (".md", ".csv") and _rows(p) >= 2))
+        for p in files
+    )
     assert {p.name.split(".")[0].split("_")[0] for p in files} == {name}
 
 
@@ -111,8 +118,12 @@ def test_table1_markdown_and_csv(tmp_path, fake_engine):
     import pandas as pd
 
     frame = pd.read_csv(tmp_path / "table1.csv")
+    assert len(frame) == 9  # 9 variants x the quick recipe's one eps (1e-8)
+    assert frame["eps"].eq(1e-8).all() and frame["seeds"].eq(2).all()
+    # The full recipe: every eps column (an eps override of three values gives the same grid).
+    _build(tmp_path, ["table1"], overrides={**TINY, "eps": (1e-8, 1e-12, 1e-16)})
+    frame = pd.read_csv(tmp_path / "table1.csv")
     assert len(frame) == 27  # 9 variants x 3 eps
-    assert frame["seeds"].eq(2).all()
 
 
 def test_real_engine_end_to_end(tmp_path):
@@ -211,3 +222,59 @@ def test_setup_study_median_counts_non_grokking_runs_as_late():
     assert setup_study.median_grok([100, 300, None]) == 300
     assert setup_study.median_grok([100, None, None]) is None
     assert setup_study.median_grok([100, 200, 300, None]) == 250
+
+
+def _rows(path) -> int:
+    """Non-empty lines of a text file."""
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def test_the_build_forecasts_what_it_trains_from_its_record(tmp_path, fake_engine):
+    """`grokbench figures` says, before it works, what each build will train and how long it
+    expects (its last record of this scale scaled by the run-steps left), and records the
+    run-steps it trained for the next forecast."""
+    lines = []
+
+    def log(text, file=None):
+        lines.append(text)
+
+    build.build(
+        ["fig2"],
+        out=tmp_path / "out",
+        store=Store(tmp_path / "store"),
+        overrides=TINY,
+        progress=False,
+        report=False,
+        log=log,
+    )
+    first = lines[0]
+    assert "fig2" in first and "runs to train" in first
+    times = json.loads((tmp_path / "out" / build.TIMES_FILE).read_text())
+    # fig2's three recipes at TINY: 2 losses x 2 seeds each, 100 steps.
+    assert times["fig2"]["runs"] == 12 and times["fig2"]["run_steps"] == 1200
+    assert times["scale"] == "quick"
+
+    lines.clear()
+    build.build(
+        ["fig2"],
+        out=tmp_path / "out",
+        store=Store(tmp_path / "store"),
+        overrides=TINY,
+        progress=False,
+        report=False,
+        log=log,
+    )
+    row = next(line for line in lines[0].splitlines() if line.startswith("fig2"))
+    assert row.split()[1:3] == ["0", "0"]  # nothing left to train
+    assert "this OUT's last build" in lines[0]
+
+
+def test_forecast_scales_the_record_by_the_run_steps_left():
+    record = {"fig2": {"wall": 100.0, "run_steps": 1000}, "quant": {"wall": 40.0, "run_steps": 0}}
+    plan = {"fig2": (2, 500), "quant": (0, 0), "fig9": (1, 10)}
+    expected = build.forecast(plan, record)
+    assert expected["fig2"] == pytest.approx(5 + 95 * 0.5)  # 5 % stays (drawing, loading)
+    assert expected["quant"] == 40.0  # trains in its own store: as recorded
+    assert expected["fig9"] is None  # no record: '?'
+    text = build.format_forecast(plan, expected, "a record")
+    assert "?" in text and "about" in text and "3 runs to train" in text
