@@ -1298,3 +1298,50 @@ def test_quant_claims_on_a_tiny_lab(tmp_path, monkeypatch):
     assert head.status == (HOLDS if parks else FAILS)
     missing = [r for r in rows if "(MLP)" in r.claim or r.claim.startswith("decoder")]
     assert missing and all(r.status == NOT_TESTED for r in missing)  # listed, not dropped
+
+
+def test_quick_scale_decides_event_rows_and_labels_them():
+    """Rows about an event a short run shows whole are decided from quick runs, with the
+    scale in their note; the rows about where a run ends stay full-scale only."""
+    quick = Evidence("quick", _fig2(True))
+    rows = {r.claim: r for r in fig2.claims(quick)}
+    bottom = "(a^2+b^2 mod 97, MLP, Adam, lambda 0, eps 1e-16)"
+    for claim in (
+        f"standard CE spikes once it hits c32 {bottom}",
+        f"standard CE's mean train margin hits c32 {bottom}",
+        f"standard CE test accuracy just before the spike {bottom}",
+        "a^3+b mod 97, lambda 0: standard CE test accuracy, 60 % before the spike",
+        "fixed CE: no loss spike after memorization (a+b mod 31, fp32, eps 1e-8)",
+    ):
+        assert rows[claim].status != NOT_TESTED, claim
+        assert rows[claim].note.startswith("decided at quick scale"), claim
+    for claim in (
+        f"standard CE test accuracy after it (lowest) {bottom}",
+        f"fixed CE goes on generalizing {bottom}",
+        "a^3+b mod 97, lambda 0: standard CE test accuracy, drops to 21 %",
+    ):
+        assert rows[claim].status == NOT_TESTED and "full" in rows[claim].note, claim
+    # The same rows at full scale carry no scale note.
+    full = {r.claim: r for r in fig2.claims(Evidence("full", _fig2(True)))}
+    assert not full[f"standard CE spikes once it hits c32 {bottom}"].note
+
+
+def test_a_quick_run_not_there_yet_is_not_tested_never_failed():
+    """fig2-bottom's crossing of c32 and fig4's overshoot, in a quick run that has not got
+    there yet: not tested at quick scale (the full run may get there), failed at full."""
+    for scale, status in (("quick", NOT_TESTED), ("full", FAILS)):
+        runs = _fig2(True)
+        for r in runs["fig2-bottom"]:
+            n = r.metrics["step"].size
+            r.__dict__["metrics"] = {**r.metrics, "margin_mean": np.full(n, 10.0)}
+        (row,) = [r for r in fig2.claims(Evidence(scale, runs)) if "mean train margin hits c32 (a^2" in r.claim]
+        assert row.status == status, (scale, row)
+        runs = {"fig4": [_fig4_run(1e-8, 0.0, np.linspace(0.0, 15.0, 300))]}
+        (row,) = [
+            r
+            for r in fig4.claims(Evidence(scale, runs))
+            if "overshoots" in r.claim and "1e-08" in r.claim
+        ]
+        assert row.status == status, (scale, row)
+        if scale == "quick":
+            assert "not past log(1/eps) yet" in row.note
