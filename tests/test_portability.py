@@ -35,6 +35,9 @@ def test_other_level_is_lower_and_available():
     assert other_level("SSE4_2") in ("AVX", None)
 
 
+# The slow tier (`pytest -m slow`, run by .ci/run after the fast one): 1.5 minutes of the
+# fast tier's 5 on two cores. Its fast sibling is every `bitwise` test, run natively there.
+@pytest.mark.slow
 @pytest.mark.first  # minutes: the other worker runs the rest of the suite meanwhile
 @pytest.mark.skipif(
     platform.machine().lower() not in ("x86_64", "amd64") or jax.default_backend() != "cpu",

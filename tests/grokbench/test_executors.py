@@ -33,6 +33,7 @@ def _stored(out):
 # Ray spawns its processes with a preexec_fn, which runs JAX's at-fork warning hook (the
 # children exec at once); in `grokbench sweep` Ray starts before JAX's backends, so never.
 @pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+@pytest.mark.slow  # starting Ray takes a minute of a 2-core CPU; the local executor stays fast
 def test_ray_executor_matches_local(tmp_path):
     pytest.importorskip("ray")
     configs = sweep.expand_grid("fig4", GRID)

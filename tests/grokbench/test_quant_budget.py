@@ -66,6 +66,7 @@ def _check_decoder(tmp_path, proc):
     assert len(list((tmp_path / "out").glob("quant_params-*.tar.xz"))) >= 2
 
 
+@pytest.mark.slow  # a bash script and two fresh Python processes; the planner stays fast
 def test_ten_minute_script_end_to_end_at_a_tiny_size(tmp_path):
     """The decoder pair within its budget; the encoder's pair is skipped before its compile."""
     proc = _script(tmp_path, 300, "--encoder-min-steps", "1000000")
