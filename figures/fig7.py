@@ -223,6 +223,7 @@ def _start_rows(ev: Evidence) -> list[Row]:
                 tolerance="all exactly 0; test accuracy = the teacher's at every step",
                 ok=None if s is None else lambda s=s: _stays(s),
                 why=why if not fixed else "the fixed run's summary lacks a measurement",
+                scale=ev.decided_at("fig7", fixed),  # 'never moves': over the steps run
             )
         )
     return rows
@@ -361,6 +362,7 @@ def _kl_rows(ev: Evidence) -> list[Row]:
             tolerance="all exactly 0; test accuracy = the teacher's at every step",
             ok=None if not have else lambda: _stays(*(fixed[p][0].summary for p in fixed)),
             why=why,
+            scale=ev.decided_at("fig7", [r for p in fixed for r in fixed[p]]),
         ),
         claim_row(
             claim="KL(p || q) as the loss, standard (optax's kl_divergence): the residual "

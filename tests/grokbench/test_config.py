@@ -177,8 +177,9 @@ def test_group_key_ignores_only_vmapped_fields():
 def test_recipes_expand_to_valid_configs(name):
     recipe = recipes.get_recipe(name)
     full, quick = recipes.expand(recipe), recipes.expand(recipe, quick=True)
-    assert full and quick and len(quick) <= len(full)
-    assert max(c.steps for c in quick) <= min(c.steps for c in full)
+    # A recipe without quick runs says so (seeds 0: fig6-mod113, whose panel is full-only).
+    assert full and (quick or recipe.quick.get("seeds") == 0) and len(quick) <= len(full)
+    assert max((c.steps for c in quick), default=0) <= min(c.steps for c in full)
     assert len(set(full)) == len(full)
 
 
