@@ -24,6 +24,7 @@ from tasks import (
     DISTILL_LOSSES,
     DISTILL_OBJECTIVES,
     INITS,
+    MATMUL_PRECISIONS,
     MLP_INITS,
     OPERATIONS,
     MLPConfig,
@@ -80,6 +81,7 @@ ADDED_FIELDS: tuple[str, ...] = (
     "orthograd",
     "mlp_init",
     "distill_objective",
+    "matmul_precision",
 )
 """Fields added to `RunConfig` after `CONFIG_VERSION` 1: while at their default they are left
 out of `identity` and the hash, so adding a field does not orphan the runs already stored.
@@ -130,6 +132,7 @@ class RunConfig:
     # Numerics.
     precision: str = "fp32"  # the papers' default; 'bf16', 'fp64', or 'PARAM/COMPUTE'
     loss: str = "fixed"  # numerics.cross_entropy: the fix this lab is about
+    matmul_precision: str = "highest"  # fp32 model matmuls: exact; tf32/bf16 round operands
     # Schedule.
     steps: int = 10_000  # fig2-top / Table 1 train 10,000 full-batch steps
     eval_every: int = 100  # test loss/accuracy cadence; 1% of the steps costs ~nothing
@@ -155,6 +158,7 @@ class RunConfig:
         _check_choice("split", self.split, SPLITS)
         _check_choice("init", self.init, INITS)
         _check_choice("mlp_init", self.mlp_init, MLP_INITS)
+        _check_choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         require(
             self.model == "transformer" or (self.init == "nanda" and not self.eq_output),
             "init and eq_output apply to model=transformer only",
@@ -174,6 +178,13 @@ class RunConfig:
         try:
             # One name per policy ('bfloat16' and 'bf16/bf16' are 'bf16'): one hash per run.
             object.__setattr__(self, "precision", get_precision(self.precision).name)
+            compute = get_precision(self.precision).compute_dtype.name
+            require(
+                self.matmul_precision == "highest" or compute == "float32",
+                f"matmul_precision={self.matmul_precision} emulates float32 matmuls on "
+                f"TPUs and GPUs: it needs float32 compute (precision=fp32 or PARAM/fp32), "
+                f"got precision={self.precision}",
+            )
             self.modular_task()
             self.model_config()
         except (TypeError, ValueError) as err:
@@ -210,7 +221,11 @@ class RunConfig:
         """The model config for `tasks.build_model`."""
         if self.model == "mlp":
             return MLPConfig(
-                p=self.p, width=self.mlp_width, activation=self.activation, init=self.mlp_init
+                p=self.p,
+                width=self.mlp_width,
+                activation=self.activation,
+                init=self.mlp_init,
+                matmul_precision=self.matmul_precision,
             )
         return TransformerConfig(
             vocab_size=self.p + 1,
@@ -220,6 +235,7 @@ class RunConfig:
             d_mlp=self.d_mlp,
             layer_norm=self.layer_norm,
             init=self.init,
+            matmul_precision=self.matmul_precision,
         )
 
     def to_dict(self) -> dict[str, Any]:

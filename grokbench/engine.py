@@ -161,6 +161,8 @@ def build_forward(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Any, C
     The model is traced under `jax.default_matmul_precision(policy.matmul_precision)`:
     every dot of an fp32 or fp64 run carries precision HIGHEST in the jitted program (and
     so do their transposes in the backward pass), whatever the backend's default.
+    `cfg.matmul_precision` ('tf32', 'bf16') rounds those dots' operands explicitly
+    (`tasks.einsum`), so an emulated run computes the same bits on every backend.
     """
     model = build_model(cfg.model_config(), fast=fast)
 

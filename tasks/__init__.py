@@ -1,5 +1,6 @@
 """Datasets and models: modular arithmetic, the 1-layer transformer, the 2-layer MLP,
-and soft-target distillation (losses and accurate student-teacher metrics).
+soft-target distillation (losses and accurate student-teacher metrics), and the emulated
+matmul precisions of the models (TF32 and bfloat16 operands, float32 accumulation).
 The quantization lab's corpora and models are the subpackage `tasks.quant`. Every cache of
 compiled programs, here and above, is a `compiled_cache` (bounded, cleared all at once)."""
 
@@ -12,6 +13,12 @@ from tasks._distill import DISTILL_LOSSES as DISTILL_LOSSES
 from tasks._distill import DISTILL_OBJECTIVES as DISTILL_OBJECTIVES
 from tasks._distill import kl_divergence as kl_divergence
 from tasks._distill import soft_target_gradient as soft_target_gradient
+from tasks._matmul import MATMUL_PRECISIONS as MATMUL_PRECISIONS
+from tasks._matmul import dot as dot
+from tasks._matmul import einsum as einsum
+from tasks._matmul import round_operand as round_operand
+from tasks._matmul import round_output_cotangent as round_output_cotangent
+from tasks._matmul import round_to as round_to
 from tasks._mlp import ACTIVATIONS as ACTIVATIONS
 from tasks._mlp import MLP_INITS as MLP_INITS
 from tasks._mlp import MLPConfig as MLPConfig

@@ -4,6 +4,12 @@ Shape letters: B batch, T positions (3), P residues (p), N hidden width, K class
 logits = act(W_in^T [onehot(a); onehot(b)]) W_out. The one-hot product is computed as a
 row gather, W_in[a] + W_in[p + b], which is the same sum without the p - 1 zero terms
 (exact for finite weights) and gives the same gradients (a scatter-add).
+
+At an emulated `matmul_precision` (`tasks.MATMUL_PRECISIONS`) both layers are the matmuls
+the model is defined by: the first layer's forward sums the two rounded rows,
+rnd(W_in)[a] + rnd(W_in)[p + b] (what the one-hot matmul computes, the one-hot being exact
+in any format), and its backward scatters each example's rounded cotangent of the
+pre-activation into W_in (onehot^T rnd(dpre)); the read-out is `tasks.dot`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from tasks import _matmul
 from tasks._common import (
     Params,
     cast_params,
@@ -47,8 +54,10 @@ class MLPConfig:
     width: int = 500  # hidden width of Doshi et al.'s MLP experiments (our reading; override)
     activation: str = "relu"  # one of ACTIVATIONS; "quadratic" is Doshi and Gromov's x^2
     init: str = "unit"  # one of MLP_INITS
+    matmul_precision: str = "highest"  # one of tasks.MATMUL_PRECISIONS: exact float32 products
 
     def __post_init__(self) -> None:
+        _matmul.check_matmul_precision(self.matmul_precision)
         if self.p < 2:
             raise ValueError(f"p must be at least 2, got {self.p}")
         if self.width < 1:
@@ -81,8 +90,15 @@ def _mlp_init(key: jax.Array, cfg: MLPConfig, dt: np.dtype) -> Params:
     return cast_params(normal_init(key, shapes, stds), dt)
 
 
-def mlp_apply(params: Params, tokens_BxT: jax.Array, activation: str = "relu") -> jax.Array:
-    """Logits (B, p) from tokens `[a, b, =]` (only a and b are read)."""
+def mlp_apply(
+    params: Params,
+    tokens_BxT: jax.Array,
+    activation: str = "relu",
+    matmul_precision: str = "highest",
+) -> jax.Array:
+    """Logits (B, p) from tokens `[a, b, =]` (only a and b are read), both layers' matmuls
+    at `matmul_precision` (module docstring)."""
+    mp = _matmul.check_matmul_precision(matmul_precision)
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; expected {ACTIVATIONS}")
     w_in = params["w_in"]
@@ -96,6 +112,8 @@ def mlp_apply(params: Params, tokens_BxT: jax.Array, activation: str = "relu") -
     tokens_BxT = check_tokens(tokens_BxT, 3, P + 1)
     if values is not None and values.size and int(values[:, :2].max()) >= P:
         raise ValueError(f"a and b must lie in [0, {P})")
+    w_in = _matmul.round_operand(w_in, mp)
     pre_BxN = w_in[tokens_BxT[:, 0]] + w_in[P + tokens_BxT[:, 1]]
+    pre_BxN = _matmul.round_output_cotangent(pre_BxN, mp)
     h_BxN = jax.nn.relu(pre_BxN) if activation == "relu" else jnp.square(pre_BxN)
-    return h_BxN @ params["w_out"]
+    return _matmul.dot(h_BxN, params["w_out"], mp)

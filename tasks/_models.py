@@ -27,15 +27,21 @@ class Model(NamedTuple):
 
 
 def build_model(cfg: TransformerConfig | MLPConfig, fast: bool = True) -> Model:
-    """Bind a config; transformers use the fast forward pass unless `fast=False`."""
+    """Bind a config; transformers use the fast forward pass unless `fast=False` or their
+    `matmul_precision` is emulated (the fast pass is exact at 'highest' only: see
+    `transformer_apply_fast`)."""
     if isinstance(cfg, TransformerConfig):
-        apply = transformer_apply_fast if fast else transformer_apply
-        return Model(functools.partial(_init_transformer, cfg=cfg), apply)
+        init = functools.partial(_init_transformer, cfg=cfg)
+        if cfg.matmul_precision != "highest":
+            return Model(
+                init, functools.partial(transformer_apply, matmul_precision=cfg.matmul_precision)
+            )
+        return Model(init, transformer_apply_fast if fast else transformer_apply)
     if isinstance(cfg, MLPConfig):
-        return Model(
-            functools.partial(_init_mlp, cfg=cfg),
-            functools.partial(mlp_apply, activation=cfg.activation),
-        )
+        apply = functools.partial(mlp_apply, activation=cfg.activation)
+        if cfg.matmul_precision != "highest":
+            apply = functools.partial(apply, matmul_precision=cfg.matmul_precision)
+        return Model(functools.partial(_init_mlp, cfg=cfg), apply)
     raise TypeError(f"unknown model config {type(cfg).__name__}")
 
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from tasks import _matmul
 from tasks._common import (
     Params,
     cast_params,
@@ -60,8 +61,10 @@ class TransformerConfig:
     d_mlp: int | None = None  # None -> 4 * d_model, the usual 4x ReLU MLP (Nanda: 512 at 128)
     layer_norm: bool = False  # Nanda/Varma models have no LayerNorm
     init: str = "nanda"  # one of INITS: Nanda et al.'s N(0, 1/d_model)
+    matmul_precision: str = "highest"  # one of tasks.MATMUL_PRECISIONS: exact float32 products
 
     def __post_init__(self) -> None:
+        _matmul.check_matmul_precision(self.matmul_precision)
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}; got {self.init!r}")
         for name in ("vocab_size", "num_classes", "d_model", "n_heads"):
@@ -174,34 +177,51 @@ def _check_params(params: Params) -> None:
         raise TypeError(f"all parameters must share one dtype, got {sorted(map(str, dtypes))}")
 
 
-def transformer_apply(params: Params, tokens_BxT: jax.Array) -> jax.Array:
-    """Plain forward pass over all positions; logits (B, K) read out at the last position."""
+def transformer_apply(
+    params: Params, tokens_BxT: jax.Array, matmul_precision: str = "highest"
+) -> jax.Array:
+    """Plain forward pass over all positions; logits (B, K) read out at the last position.
+
+    `matmul_precision` (`tasks.MATMUL_PRECISIONS`) rounds the operands of every einsum and
+    matmul, forward and backward (`tasks.einsum`): the projections, both attention
+    products, the MLP and the unembedding. The embedding is a gather (as in Nanda et al.'s
+    code) and LayerNorm's means are reductions, so neither is rounded.
+    """
+    mp = _matmul.check_matmul_precision(matmul_precision)
     _check_params(params)
     tokens_BxT = check_tokens(tokens_BxT, _SEQ_LEN, params["embed"].shape[0])
     E = params["w_q"].shape[-1]
     x_BxTxD = params["embed"][tokens_BxT] + params["pos"][None, :, :]
     h_BxTxD = _layer_norm(params, "ln1", x_BxTxD)
-    q_BxTxHxE = jnp.einsum("btd,dhe->bthe", h_BxTxD, params["w_q"])
-    k_BxTxHxE = jnp.einsum("btd,dhe->bthe", h_BxTxD, params["w_k"])
-    v_BxTxHxE = jnp.einsum("btd,dhe->bthe", h_BxTxD, params["w_v"])
-    scores_BxHxTxT = jnp.einsum("bqhe,bkhe->bhqk", q_BxTxHxE, k_BxTxHxE) * (1.0 / math.sqrt(E))
+    q_BxTxHxE = _matmul.einsum("btd,dhe->bthe", h_BxTxD, params["w_q"], mp)
+    k_BxTxHxE = _matmul.einsum("btd,dhe->bthe", h_BxTxD, params["w_k"], mp)
+    v_BxTxHxE = _matmul.einsum("btd,dhe->bthe", h_BxTxD, params["w_v"], mp)
+    scores_BxHxTxT = _matmul.einsum("bqhe,bkhe->bhqk", q_BxTxHxE, k_BxTxHxE, mp) * (
+        1.0 / math.sqrt(E)
+    )
     causal_TxT = jnp.tril(jnp.ones((_SEQ_LEN, _SEQ_LEN), bool))
     # -inf, not a large negative number: every row keeps its diagonal, so no row is all -inf.
     scores_BxHxTxT = jnp.where(causal_TxT[None, None], scores_BxHxTxT, -jnp.inf)
     attn_BxHxTxT = jax.nn.softmax(scores_BxHxTxT, axis=-1)
-    z_BxTxHxE = jnp.einsum("bhqk,bkhe->bqhe", attn_BxHxTxT, v_BxTxHxE)
-    x_BxTxD = x_BxTxD + jnp.einsum("bthe,hed->btd", z_BxTxHxE, params["w_o"])
+    z_BxTxHxE = _matmul.einsum("bhqk,bkhe->bqhe", attn_BxHxTxT, v_BxTxHxE, mp)
+    x_BxTxD = x_BxTxD + _matmul.einsum("bthe,hed->btd", z_BxTxHxE, params["w_o"], mp)
     # The plain pass runs the MLP at every position, as a generic transformer would;
     # only the last position reaches the read-out.
     h_BxTxD = _layer_norm(params, "ln2", x_BxTxD)
-    pre_BxTxF = h_BxTxD @ params["w_in"] + params["b_in"][None, None, :]
-    out_BxTxD = jax.nn.relu(pre_BxTxF) @ params["w_out"] + params["b_out"][None, None, :]
+    pre_BxTxF = _matmul.dot(h_BxTxD, params["w_in"], mp) + params["b_in"][None, None, :]
+    out_BxTxD = _matmul.dot(jax.nn.relu(pre_BxTxF), params["w_out"], mp)
+    out_BxTxD = out_BxTxD + params["b_out"][None, None, :]
     x_BxTxD = x_BxTxD + out_BxTxD
-    return _layer_norm(params, "ln_f", x_BxTxD[:, -1, :]) @ params["w_u"]
+    return _matmul.dot(_layer_norm(params, "ln_f", x_BxTxD[:, -1, :]), params["w_u"], mp)
 
 
 def transformer_apply_fast(params: Params, tokens_BxT: jax.Array) -> jax.Array:
     """Same logits and gradients as `transformer_apply` when position 2 is `=` (token V-1).
+
+    At matmul_precision 'highest' only: its tables share one key, value and score per
+    vocabulary entry across examples, so their backward sums the examples' cotangents
+    before a matmul reads them, where the plain pass's matmuls round each example's
+    cotangent. An emulated precision runs the plain pass (`tasks.build_model`).
 
     Only tokens[:, 0] and tokens[:, 1] are read: position 2 is taken to be `=`, as in
     every modular task. The `=` check runs when tokens are concrete, not under jit.

@@ -11,6 +11,7 @@ from grokbench.config import (
     RunConfig,
     config_hash,
     group_key,
+    identity,
     parse_overrides,
     parse_value,
 )
@@ -144,6 +145,12 @@ def test_duplicate_key_raises():
         ({"mlp_init": "xavier", "model": "mlp"}, "mlp_init must be one of unit, doshi"),
         ({"warmup_steps": -1}, "warmup_steps must be >= 0"),
         (
+            {"matmul_precision": "fp16"},
+            r"matmul_precision must be one of highest, tf32, bf16; got 'fp16'",
+        ),
+        ({"matmul_precision": "tf32", "precision": "fp32/bf16"}, "needs float32 compute"),
+        ({"matmul_precision": "bf16", "precision": "fp64"}, "got precision=fp64"),
+        (
             {"teacher_steps": 10, "eval_every": 1, "steps": 10, "warmup_steps": 10},
             "not distillation runs",
         ),
@@ -238,3 +245,23 @@ def test_per_seed_split_follows_the_run_seed():
     fixed = [RunConfig(split="fixed", seed=s).modular_task().split_seed for s in range(3)]
     per_seed = [RunConfig(split="per_seed", seed=s).modular_task().split_seed for s in range(3)]
     assert fixed == [0, 0, 0] and per_seed == [0, 1, 2]
+
+
+def test_matmul_precision_highest_keeps_every_run_name():
+    """`matmul_precision` is an `ADDED_FIELDS` field: at its default ('highest') it is left out
+    of the identity, so every stored run keeps its hash (its directory name); the emulated
+    ones are runs of their own, trained in their own programs (not vmapped)."""
+    for cfg in (RunConfig(), *recipes.expand(recipes.get_recipe("fig2-top-seeds"))[:2]):
+        highest = dataclasses.replace(cfg, matmul_precision="highest")
+        assert "matmul_precision" not in identity(highest)
+        assert config_hash(highest) == config_hash(cfg)
+        hashes = {config_hash(dataclasses.replace(cfg, matmul_precision=m)) for m in
+                  ("highest", "tf32", "bf16")}  # fmt: skip
+        assert len(hashes) == 3
+    assert group_key(RunConfig()) != group_key(RunConfig(matmul_precision="tf32"))
+    assert parse_overrides(["matmul_precision=highest,tf32,bf16"]) == {
+        "matmul_precision": ("highest", "tf32", "bf16")
+    }
+    mlp = RunConfig(model="mlp", matmul_precision="bf16").model_config()
+    assert mlp.matmul_precision == "bf16"
+    assert RunConfig(matmul_precision="tf32").model_config().matmul_precision == "tf32"
