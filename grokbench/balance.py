@@ -36,6 +36,13 @@ def _radial_slope(static: RunConfig):
 
     def slope(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
         one = jnp.ones((), jnp.float32)
+        if static.matmul_precision != "highest":
+            # The emulated matmuls' rounding is a custom_vjp (tasks.dot), which has no
+            # forward mode: the same derivative of the mean, by reverse mode.
+            def mean_margin(c: jax.Array) -> jax.Array:
+                return jnp.mean(margins(c, params, x, y).astype(jnp.float32))
+
+            return jax.grad(mean_margin)(one)
         _, d = jax.jvp(lambda c: margins(c, params, x, y), (one,), (one,))
         return jnp.mean(d.astype(jnp.float32))
 

@@ -28,7 +28,9 @@ ignores precision hints, so here the rounding is explicit:
   on the hardware. This is built from two elementwise pieces, `_round_st` (round the
   value, pass the cotangent through) on each operand and `_round_cotangent` (pass the
   value, round the cotangent) on the result, so the two backward products are the very
-  dot_generals JAX's own transpose of the einsum makes, with rounded inputs.
+  dot_generals JAX's own transpose of the einsum makes, with rounded inputs. Being
+  custom_vjp functions, the emulated products have no forward mode (`jax.jvp` raises);
+  take derivatives through them in reverse mode (`grokbench.balance` does).
 
 At 'highest' (exact float32 products, the lab's behaviour before this setting existed)
 `dot` and `einsum` are exactly `a @ b` and `jnp.einsum(subscripts, a, b)`: the same

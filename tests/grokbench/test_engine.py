@@ -221,6 +221,18 @@ def test_emulated_matmul_precisions_train_and_differ_from_highest():
             np.testing.assert_allclose(m["train_loss"], e["train_loss"], rtol=0.05)
 
 
+def test_emulated_run_is_summarized_with_its_balance_terms(tmp_path):
+    """A stored emulated run gets its whole summary: the balance terms' radial slope, a jvp
+    at 'highest', is taken by reverse mode through the emulated matmuls (custom_vjp)."""
+    cfg = dataclasses.replace(TINY, steps=2, eval_every=2, weight_decay=0.1)
+    (exact,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
+    emulated = dataclasses.replace(cfg, matmul_precision="tf32")
+    (summary,) = experiment.run_configs([emulated], Store(tmp_path), progress=False)
+    assert summary["config"]["matmul_precision"] == "tf32"
+    assert summary["radial_margin_slope"] != 0 and summary["balance_norm"] > 0
+    assert summary["radial_margin_slope"] == pytest.approx(exact["radial_margin_slope"], rel=0.05)
+
+
 def test_mixed_shapes_are_rejected():
     with pytest.raises(ValueError, match="differ only"):
         engine.train([TINY, dataclasses.replace(TINY, loss="standard")], progress=False)
