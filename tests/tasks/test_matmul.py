@@ -73,12 +73,14 @@ def _random_bits(n: int = 1 << 20) -> np.ndarray:
     return np.random.default_rng(49).integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
 
 
+@pytest.mark.bitwise  # integer bit arithmetic: the same at every instruction-set level
 @pytest.mark.parametrize("precision", EMULATED)
 def test_rounding_matches_the_float64_reference_bit_for_bit(precision):
     for bits in (_structured(precision), _random_bits()):
         np.testing.assert_array_equal(_round_bits(bits, precision), _reference(bits, precision))
 
 
+@pytest.mark.bitwise  # integer bit arithmetic: the same at every instruction-set level
 def test_bf16_rounding_matches_ml_dtypes_bit_for_bit():
     for bits in (_structured("bf16"), _random_bits()):
         with np.errstate(invalid="ignore"):
