@@ -170,3 +170,19 @@ def test_the_distillation_table_names_each_run_once():
     table = bundle_docs.distillation_measured(bundle.load()).splitlines()
     rows = [tuple(c.strip() for c in line.split("|")[1:3]) for line in table[2:] if "|" in line]
     assert len(rows) == len(set(rows)) == 9
+
+
+def test_no_quick_verdict_contradicts_the_full_build():
+    """A row the quick build decides must not contradict the full build's verdict on the same
+    row (issue 46): in the bundle, no row holds at quick scale and fails at full, or fails
+    at quick scale and holds at full, among the rows both builds decided."""
+    from figures import bundle
+
+    data = bundle.load()
+    quick = {r["claim"]: r["status"] for r in data["quick"]["report"]}
+    full = {r["claim"]: r["status"] for r in data["full"]["report"]}
+    decided = ("holds", "fails")
+    both = [c for c in quick if quick[c] in decided and full.get(c) in decided]
+    assert both, "no row decided at both scales: the bundle has no full-scale report"
+    contradicted = [(c, quick[c], full[c]) for c in both if quick[c] != full[c]]
+    assert not contradicted, contradicted
