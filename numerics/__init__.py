@@ -1,4 +1,5 @@
-"""Precision-aware softmax, log-softmax and cross-entropy.
+"""Precision-aware softmax, log-softmax and cross-entropy, and the per-token log-probability
+and entropy.
 
 The fixed functions compute in their input dtype (bf16, fp16, fp32, fp64) and
 stay accurate where the standard ones break: past the precision cliff
@@ -33,6 +34,8 @@ from numerics._divergence import kl_divergence as kl_divergence
 from numerics._divergence import reverse_kl_divergence as reverse_kl_divergence
 from numerics._linear import linear_cross_entropy as linear_cross_entropy
 from numerics._logsumexp import logsumexp as logsumexp
+from numerics._per_token import entropy as entropy
+from numerics._per_token import log_prob as log_prob
 from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
 from numerics._softmax import log_softmax as log_softmax
 from numerics._softmax import softmax as softmax
@@ -44,11 +47,13 @@ __all__ = [
     "collapse_stats",
     "collapse_stats_from_rows",
     "cross_entropy",
+    "entropy",
     "equilibrium_margin",
     "first_zero",
     "js_divergence",
     "kl_divergence",
     "linear_cross_entropy",
+    "log_prob",
     "log_softmax",
     "logit_margin",
     "logsumexp",

@@ -605,3 +605,64 @@ def ulp_window(center: float, dtype, half_width: int) -> np.ndarray:
     start = int(np.array(center, dtype).view(uint))
     bits = np.arange(start - half_width, start + half_width + 1, dtype=np.int64).astype(uint)
     return bits.view(dtype)
+
+
+def log_prob_value_and_grad(logits, labels, axis: int = -1, *, exact: bool = False):
+    """Reference (log p_y, d log p_y / d logits): minus the cross-entropy's value and
+    gradient, -log1p(sum_{j != y} e^(z_j - z_y)) and onehot(y) - p (its target entry
+    S / (1 + S), never 1 - p_y)."""
+    loss, grad = cross_entropy_value_and_grad(logits, labels, axis, exact=exact)
+    return -loss, -grad
+
+
+def _entropy_row(row: np.ndarray, kept: np.ndarray):
+    """(H, dH/dz) of one row over its kept entries: H = log1p(S) + sum_j g_j e^-g_j / (1 + S)
+    and p_k (g_k - A), from the gaps g_j = z_max - z_j (exact differences)."""
+    k = len(row)
+    zero = mpmath.mpf(0)
+    if np.isnan(row[kept]).any():
+        return mpmath.mpf("nan"), _nan_row(k)
+    if not kept.any():  # padding: 0 and 0, as the functions
+        return zero, [zero] * k
+    live = np.where(kept, row, -np.inf)
+    i = int(np.argmax(live))
+    if live[i] == -np.inf:  # only -inf: 0 / 0
+        return mpmath.mpf("nan"), _nan_row(k)
+    if live[i] == np.inf:  # n +inf entries share the mass: log n, gradient 0
+        n = int(np.sum(live == np.inf))
+        return mpmath.log(n), [zero] * k
+    top = _mp(live[i])
+    gaps = [top - _mp(v) if np.isfinite(v) else None for v in live]
+    e = [mpmath.exp(-g) if g is not None else zero for g in gaps]
+    s_others = mpmath.fsum(e[j] for j in range(k) if j != i)
+    denom = 1 + s_others
+    mean_gap = mpmath.fsum(g * x for g, x in zip(gaps, e, strict=True) if g is not None) / denom
+    value = mpmath.log1p(s_others) + mean_gap
+    grad = [
+        (x / denom) * (g - mean_gap) if g is not None else zero
+        for g, x in zip(gaps, e, strict=True)
+    ]
+    return value, grad
+
+
+def entropy_value_and_grad(logits, axis: int = -1, where=None, *, exact: bool = False):
+    """Reference (H, dH/d logits) of the softmax's entropy along `axis`, over the entries
+    `where` keeps: H = -sum p log p, computed as log1p(S_others) + sum_j g_j e^-g_j / S with
+    g_j = z_max - z_j (no cancellation at any working precision), dH/dz_k = p_k (g_k - A),
+    A = H - log1p(S_others). -inf and masked-out entries have p = 0 and gradient 0; a row
+    masked out entirely gives 0 and 0."""
+    rows, shape = _rows(logits, axis)
+    masks = (
+        np.ones(rows.shape, bool)
+        if where is None
+        else _rows(np.broadcast_to(where, np.shape(logits)), axis)[0].astype(bool)
+    )
+    with mpmath.workprec(PRECISION_BITS):
+        res = [_entropy_row(r, m) for r, m in zip(rows, masks, strict=True)]
+    value = _finish([r[0] for r in res], shape, None, exact)
+    return value, _finish([r[1] for r in res], shape, axis, exact)
+
+
+def entropy(logits, axis: int = -1, where=None, *, exact: bool = False) -> np.ndarray:
+    """Reference entropy of softmax(logits) along `axis` (`entropy_value_and_grad`)."""
+    return entropy_value_and_grad(logits, axis, where, exact=exact)[0]

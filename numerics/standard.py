@@ -6,7 +6,10 @@ signatures as the fixed functions, and the same sequence of operations as
 `optax.softmax_cross_entropy_with_integer_labels` and
 `optax.softmax_cross_entropy` (optax 0.2.8), so they collapse at the precision
 cliff exactly as those do. The tests check them bit-for-bit against jax.nn and
-optax. `numerics` itself does not import optax (docs/architecture.md).
+optax. `numerics` itself does not import optax (docs/architecture.md). The per-token
+outputs are written as RL trainers write them: `log_prob` gathers the label's entry of
+`jax.nn.log_softmax`, `entropy` is logsumexp(z) - sum softmax(z) z (verl's
+`entropy_from_logits`).
 """
 
 from __future__ import annotations
@@ -282,3 +285,61 @@ def js_divergence(
     p, q = jnp.exp(log_p), jnp.exp(log_q)
     m = (p + q) / 2
     return jnp.sum(p * log_p + q * log_q - 2 * m * jnp.log(m), axis=-1, where=mask) / 2
+
+
+def log_prob(
+    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
+) -> jax.Array:
+    """The label's entry of `jax.nn.log_softmax`, as RL trainers gather it: z_y - max -
+    log(sum(exp(z - max))).
+
+    log(1 + e^-m) rounds to 0 past `precision_cliff(dtype)`, so a confident token's
+    log-probability is exactly 0 (bf16: from m = 5.5625) and its gradient 1 - p_y too.
+    The arguments and checks of `numerics.log_prob`; padding rows give 0.
+
+    Args:
+      logits: floating-point logits, class axis at `axis`.
+      labels: integer class indices, the shape of `logits` without `axis`.
+      axis: the class axis.
+      where: optional boolean mask, entries or whole rows (as `numerics.log_prob`).
+
+    Returns:
+      Log-probabilities of shape `labels.shape`, in the dtype of `logits`.
+    """
+    logits, labels, mask = prepare(logits, labels, axis, where)
+    log_q = jax.nn.log_softmax(logits, axis=-1, where=mask)
+    out = jnp.take_along_axis(log_q, labels[..., None], axis=-1)[..., 0]
+    if mask is not None:
+        out = jnp.where(jnp.any(mask, axis=-1), out, jnp.zeros((), out.dtype))
+    return out
+
+
+def entropy(logits: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
+    """The entropy as RL trainers compute it (verl's `entropy_from_logits`):
+    logsumexp(z) - sum_j softmax(z)_j z_j, in the logits' dtype.
+
+    Two numbers of the size of the logits whose difference is H: in bf16 H is 0 or
+    rounding noise once a row is peaked (both terms round to the max), and noise of
+    order ulp(1e4) = 64 when every logit carries an offset of 1e4. The arguments and
+    checks of `numerics.entropy`; padding rows give 0.
+
+    Args:
+      logits: floating-point logits, class axis at `axis`.
+      axis: the class axis.
+      where: optional boolean mask, entries or whole rows (as `numerics.entropy`).
+
+    Returns:
+      Entropies of the shape of `logits` without `axis`, in its dtype.
+    """
+    logits = _validate.float_array(logits, "logits")
+    axes = _validate.class_axes(logits, axis, "logits")
+    mask = _validate.loss_mask(where, logits.shape, axes)
+    logits = _validate.classes_last(logits, axes)
+    mask = None if mask is None else _validate.classes_last(mask, axes)
+    lse = jax.nn.logsumexp(logits, axis=-1, where=mask)
+    p = jax.nn.softmax(logits, axis=-1, where=mask)
+    kept = logits if mask is None else jnp.where(mask, logits, jnp.zeros((), logits.dtype))
+    out = lse - jnp.sum(p * kept, axis=-1, where=mask)
+    if mask is not None:
+        out = jnp.where(jnp.any(mask, axis=-1), out, jnp.zeros((), out.dtype))
+    return out

@@ -1,0 +1,214 @@
+r"""Per-token outputs on materialized logits: the label's log-probability and the entropy.
+
+What RL trainers take per token (issue 47): log pi(y | x) for the policy-gradient loss and
+the softmax's entropy for its bonus, both accurate in bf16 where the standard formulas
+round to 0 or cancel.
+
+**log_prob.** With the margin m = z_y - logsumexp_{j != y} z_j,
+
+    log p_y = -log(1 + sum_{j != y} e^-(z_y - z_j)) = -log1p(e^-m),
+
+the fixed cross-entropy negated (the same statistics, `numerics.cross_entropy`'s margin
+form): e^-m is summed apart from the target's own 1 and handed to log1p, so log p_y stays
+-e^-m to exponent underflow. The standard `log_softmax(z)[y]` forms log(1 + e^-m) and is
+exactly 0 from the precision cliff on (bf16: from m = 5.5625, the first bf16 margin past
+8 ln 2 = 5.545). Gradient onehot(y) - p, its target entry S_others / S, never 1 - p_y.
+
+**entropy.** With M the row max, the gaps g_j = M - z_j >= 0 (g = 0 at the max),
+S_others = sum_{j != i} e^-g_j over every entry but one maximum i and S = 1 + S_others,
+
+    p_j = e^-g_j / S,    log p_j = -g_j - log S,
+
+    H = -sum_j p_j log p_j = sum_j p_j (g_j + log S) = log S sum_j p_j + sum_j p_j g_j
+      = log1p(S_others) + A,    A = (sum_j g_j e^-g_j) / S,
+
+using sum_j p_j = 1. Both terms are non-negative, so H is never a difference: its
+relative error is that of its two terms, whatever the row. The maximum's own term
+g_i e^-g_i = 0 * 1 = 0 drops out of the sum by itself (no index). For a peaked row
+(two classes, margin m) H = log1p(e^-m) + m e^-m / (1 + e^-m), about (1 + m) e^-m.
+The standard form that trainers use, H = logsumexp(z) - sum_j p_j z_j (verl's
+`entropy_from_logits`), subtracts two numbers of the size of |z| whose difference is
+H: in bf16 its error is about ulp(M), so H is 0 (or noise) past the cliff, and with a
+common offset of 1e4 on every logit it is noise of order 64.
+
+Gradient: dH/dz_k = -sum_j (dp_j / dz_k)(log p_j + 1) = -p_k (log p_k + H), and with
+log p_k = -g_k - log S and H = log S + A,
+
+    dH/dz_k = p_k (g_k - A).
+
+At the max (g_i = 0) that is -p_i A: no cancellation, accurate past the cliff, where
+1 - p_i and the standard autodiff through lse - sum p z give 0. Off the max, g_k - A is
+a difference of two non-negative numbers that cancels only where the gradient itself
+crosses 0 (g_k = A, the entry whose log-probability is -H): the conditioning of the
+function, not of the formula. The gradients sum to sum_k p_k g_k - A sum_k p_k = 0.
+
+Both are computed in float32 for bf16 and fp16 (float64 for float64) and rounded once;
+the derivatives are linear tangent rules (`jax.custom_jvp`): forward and reverse mode,
+and higher orders by autodiff of the gradient formula.
+
+Underflow: the terms e^-g_j are flushed to 0 by XLA's CPU kernels once below the
+smallest normal number (g_j > 87.3 in float32 and in bf16 / fp16, which compute in it;
+708.4 in float64). H is then the sum of the terms that remain: on logits [m, 0] it is 0
+from m = 87.34 in float32 (exactly (1 + m) e^-m, down to 9e-37 there), as the fixed
+cross-entropy's target gradient is 0 from there on.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from numerics import _validate
+from numerics._cross_entropy import _cross_entropy, prepare
+from numerics._softmax import one_plus, shifted_and_max, sum_of_others
+from numerics._validate import Axis
+
+
+def log_prob(
+    logits: ArrayLike, labels: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None
+) -> jax.Array:
+    r"""The label's log-probability per row, log softmax(z)_y, accurate near 0.
+
+    With the margin m = z_y - logsumexp_{j != y} z_j,
+
+        log_prob(z, y) = -log(1 + sum_{j != y} e^-(z_y - z_j)) = -log1p(e^-m),
+
+    computed as `cross_entropy` computes its loss (and negated): e^-m is never added to
+    1, so a confident token's log-probability stays -e^-m down to exponent underflow,
+    where `jax.nn.log_softmax(z)[y]` (`numerics.standard.log_prob`) is exactly 0 from the
+    precision cliff on (bf16: from m = 5.5625). bf16 and fp16 compute in float32 and
+    round once. The gradient is onehot(y) - softmax(z), its target entry
+    S_others / S (never 1 - p_y, which rounds to 0 past the cliff): what a
+    policy-gradient loss sum_t A_t log_prob_t needs. A linear tangent rule
+    (`jax.custom_jvp`): forward and reverse mode, second order too.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> z = jnp.array([9.0, -9.0, -9.0], jnp.bfloat16)
+      >>> log_prob(z, jnp.array(0))  # standard.log_prob gives 0  # doctest: +NUMBER
+      Array(-3.05e-08, dtype=bfloat16)
+      >>> jax.grad(log_prob)(z, jnp.array(0))  # doctest: +NUMBER
+      Array([3.05e-08, -1.525e-08, -1.525e-08], dtype=bfloat16)
+
+    Edge cases, as `cross_entropy` (negated): K = 1 gives 0; NaN in a row gives NaN;
+    labels outside [0, K) raise when concrete and give NaN under `jit`; a row masked out
+    entirely (padding) gives 0 and gradient 0; a masked-out label gives
+    z_y - logsumexp(kept).
+
+    Args:
+      logits: floating-point array (bf16, fp16, fp32, fp64), class axis at `axis`.
+      labels: integer class indices, the shape of `logits` without `axis` (flat indices
+        into the class slice for a tuple of axes).
+      axis: the class axis, a tuple of axes, or None for all axes.
+      where: optional boolean mask, of the logits' rank (entries) or of the labels'
+        (whole rows), as in `cross_entropy`.
+
+    Returns:
+      Log-probabilities (<= 0) of shape `labels.shape`, in the dtype of `logits`.
+    """
+    logits, labels, mask = prepare(logits, labels, axis, where)
+    if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
+        return jnp.full(labels.shape, jnp.nan, logits.dtype)
+    return -_cross_entropy(logits, labels, mask)
+
+
+def _entropy_terms(x: jax.Array, mask: jax.Array | None):
+    """Per row (H, A, hi) in the compute dtype, keepdims, and (e, g) per entry.
+
+    e_j = e^-g_j (0 where masked out or -inf), g_j = M - z_j; hi = fl(1 + S_others);
+    A = sum_j g_j e_j / hi, H = log1p(S_others) + A (the module docstring).
+    """
+    shifted, _ = shifted_and_max(x, mask)  # -g: an exact 0 at each maximum
+    e = jnp.exp(shifted)
+    g = -shifted
+    zero = jnp.zeros((), e.dtype)
+    # g e^-g, 0 where e is (masked out, -inf logits, underflow: never inf * 0).
+    weighted = jnp.where(e > 0, g * e, zero)
+    s_others = sum_of_others(e, shifted)
+    hi, lo = one_plus(s_others)
+    log_s = jnp.log(hi) + lo / hi  # log1p(S_others), as `log1p_of_sum`
+    mean_gap = jnp.sum(weighted, axis=-1, keepdims=True) / hi
+    return log_s + mean_gap, mean_gap, hi, e, g
+
+
+def _any_kept(mask: jax.Array | None, x: jax.Array) -> jax.Array:
+    if mask is None:
+        return jnp.ones((*x.shape[:-1], 1), bool)
+    return jnp.any(mask, axis=-1, keepdims=True)
+
+
+def _entropy_value_and_grad(x: jax.Array, mask: jax.Array | None):
+    """(H, dH/dx) over the last axis in the compute dtype: H (rows..., 1) and p_k (g_k - A);
+    padding rows (every entry masked out) give 0 for both."""
+    h, mean_gap, hi, e, g = _entropy_terms(x, mask)
+    zero = jnp.zeros((), e.dtype)
+    p = e / hi
+    grad = jnp.where(e > 0, p * (g - mean_gap), zero)
+    kept = _any_kept(mask, x)
+    return jnp.where(kept, h, zero), jnp.where(kept, grad, zero)
+
+
+@jax.custom_jvp
+def _entropy_last(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    return _entropy_value_and_grad(x, mask)[0][..., 0].astype(x.dtype)
+
+
+@_entropy_last.defjvp
+def _entropy_jvp(primals, tangents):
+    x, mask = primals
+    # The gradient formula's own derivative (second order) is autodiff of the formula.
+    _, grad = _entropy_value_and_grad(x, mask)
+    dx = tangents[0].astype(grad.dtype)
+    # Linear in the tangent: reverse mode is grad * cotangent, rounded once to x's dtype.
+    return _entropy_last(x, mask), jnp.sum(grad * dx, axis=-1).astype(x.dtype)
+
+
+def entropy(logits: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
+    r"""The softmax's entropy per row, H = -sum_j p_j log p_j, accurate for peaked rows.
+
+    With g_j = max z - z_j >= 0 and S_others = sum of e^-g_j over every entry but one
+    maximum,
+
+        H = log1p(S_others) + (sum_j g_j e^-g_j) / (1 + S_others),
+
+    two non-negative terms (derivation: `numerics._per_token`), so H never cancels. The
+    standard logsumexp(z) - sum_j p_j z_j (`numerics.standard.entropy`, as RL trainers
+    write it) subtracts two numbers of the size of the logits and is 0 or noise in bf16
+    once a row is peaked, or whenever the logits share a large offset. bf16 and fp16
+    compute in float32 and round once.
+
+    Derivatives: dH/dz_k = p_k (g_k - A) with A = H - log1p(S_others) the mean gap, a linear
+    tangent rule (`jax.custom_jvp`); at the max it is -p_max A, never formed from 1 - p_max,
+    and the gradient sums to zero.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> z = jnp.array([9.0, -9.0, -9.0], jnp.bfloat16)
+      >>> entropy(z)  # about 2 (1 + 18) e^-18; standard.entropy gives 0  # doctest: +NUMBER
+      Array(5.774e-07, dtype=bfloat16)
+      >>> jax.grad(entropy)(z)  # doctest: +NUMBER
+      Array([-5.476e-07, 2.738e-07, 2.738e-07], dtype=bfloat16)
+
+    Edge cases: -inf entries and entries masked out by `where` have p = 0 and add nothing
+    (gradient 0 there); a row masked out entirely (padding) gives 0 and gradient 0; a row
+    of only -inf (unmasked) gives NaN, as `log_softmax`; n +inf entries give log n; NaN in
+    a row gives NaN; K = 1 gives 0. An empty class axis gives NaN.
+
+    Args:
+      logits: floating-point array (bf16, fp16, fp32, fp64), class axis at `axis`.
+      axis: the class axis, a tuple of axes, or None for all axes.
+      where: optional boolean mask, of the logits' rank (entries) or of the logits' rank
+        without the class axes (whole rows), as in `cross_entropy`.
+
+    Returns:
+      Entropies (>= 0, in nats) of the shape of `logits` without `axis`, in its dtype.
+    """
+    logits = _validate.float_array(logits, "logits")
+    axes = _validate.class_axes(logits, axis, "logits")
+    mask = _validate.loss_mask(where, logits.shape, axes)
+    flat = _validate.classes_last(logits, axes)
+    mask = None if mask is None else _validate.classes_last(mask, axes)
+    if flat.shape[-1] == 0:
+        return jnp.full(flat.shape[:-1], jnp.nan, flat.dtype)
+    return _entropy_last(flat, mask)
