@@ -49,8 +49,8 @@ and higher orders by autodiff of the gradient formula.
 Underflow: the terms e^-g_j are flushed to 0 by XLA's CPU kernels once below the
 smallest normal number (g_j > 87.3 in float32 and in bf16 / fp16, which compute in it;
 708.4 in float64). H is then the sum of the terms that remain: on logits [m, 0] it is 0
-from m = 87.34 in float32 (exactly (1 + m) e^-m, down to 9e-37 there), as the fixed
-cross-entropy's target gradient is 0 from there on.
+from m = 87.34 in float32, where the exact (1 + m) e^-m is still about 1e-36, as the
+fixed cross-entropy's target gradient is 0 from there on.
 """
 
 from __future__ import annotations

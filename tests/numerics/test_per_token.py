@@ -301,7 +301,7 @@ def test_batch_invariance():
 
 # -- every bf16 margin --------------------------------------------------------------------
 
-V = 128  # the V-class setting: logits [m, 0, ..., 0]
+V = 32  # the V-class setting: logits [m, 0, ..., 0] (kept small for the fast tier)
 
 
 def _sweep_logits(k):
@@ -484,8 +484,8 @@ def test_float64_gradients_match_finite_differences_and_forward_mode():
         d = np.zeros_like(z)
         d[:, k] = step
         for fn, got in (
-            (numerics.entropy, grads),
-            (lambda z: numerics.log_prob(z, labels), lp_grads),
+            (jax.jit(numerics.entropy), grads),
+            (jax.jit(lambda z: numerics.log_prob(z, labels)), lp_grads),
         ):
             fd = (np.asarray(fn(z + d)) - np.asarray(fn(z - d))) / (2 * step)
             np.testing.assert_allclose(got[:, k], fd, rtol=0, atol=atol)
