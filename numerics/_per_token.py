@@ -11,8 +11,11 @@ round to 0 or cancel.
 the fixed cross-entropy negated (the same statistics, `numerics.cross_entropy`'s margin
 form): e^-m is summed apart from the target's own 1 and handed to log1p, so log p_y stays
 -e^-m to exponent underflow. The standard `log_softmax(z)[y]` forms log(1 + e^-m) and is
-exactly 0 from the precision cliff on (bf16: from m = 5.5625, the first bf16 margin past
-8 ln 2 = 5.545). Gradient onehot(y) - p, its target entry S_others / S, never 1 - p_y.
+exactly 0 once 1 + e^-m rounds to 1 in the precision it is computed in: in bf16 on XLA's
+CPU backend, which evaluates the fused computation in float32, from m = 16.75 (float32's
+cliff, 24 ln 2 = 16.64); rounding each operation to bf16 would give 0 from m = 5.5625
+(8 ln 2 = 5.545); in fp16 from 7.625. Gradient onehot(y) - p, its target entry
+S_others / S, never 1 - p_y.
 
 **entropy.** With M the row max, the gaps g_j = M - z_j >= 0 (g = 0 at the max),
 S_others = sum_{j != i} e^-g_j over every entry but one maximum i and S = 1 + S_others,
@@ -76,8 +79,9 @@ def log_prob(
 
     computed as `cross_entropy` computes its loss (and negated): e^-m is never added to
     1, so a confident token's log-probability stays -e^-m down to exponent underflow,
-    where `jax.nn.log_softmax(z)[y]` (`numerics.standard.log_prob`) is exactly 0 from the
-    precision cliff on (bf16: from m = 5.5625). bf16 and fp16 compute in float32 and
+    where `jax.nn.log_softmax(z)[y]` (`numerics.standard.log_prob`) is exactly 0 from a
+    precision cliff on (bf16 on XLA's CPU backend: from m = 16.75, float32's cliff, as the
+    fusion computes in float32; fp16: 7.625). bf16 and fp16 compute in float32 and
     round once. The gradient is onehot(y) - softmax(z), its target entry
     S_others / S (never 1 - p_y, which rounds to 0 past the cliff): what a
     policy-gradient loss sum_t A_t log_prob_t needs. A linear tangent rule

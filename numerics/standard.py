@@ -293,8 +293,10 @@ def log_prob(
     """The label's entry of `jax.nn.log_softmax`, as RL trainers gather it: z_y - max -
     log(sum(exp(z - max))).
 
-    log(1 + e^-m) rounds to 0 past `precision_cliff(dtype)`, so a confident token's
-    log-probability is exactly 0 (bf16: from m = 5.5625) and its gradient 1 - p_y too.
+    log(1 + e^-m) rounds to 0 past the precision cliff of the dtype the fused computation
+    runs in, so a confident token's log-probability is exactly 0, and its gradient's
+    target entry 1 - p_y with it (bf16 on XLA's CPU backend, which keeps the fusion in
+    float32: from m = 16.75; fp16: from 7.625).
     The arguments and checks of `numerics.log_prob`; padding rows give 0.
 
     Args:

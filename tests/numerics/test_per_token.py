@@ -413,6 +413,10 @@ def test_standard_formulas_fail_in_bf16_where_the_fixed_ones_hold():
     f32_cliff = _first_at_or_past(BF16, numerics.precision_cliff(F32))
     assert (bf16_cliff, f32_cliff) == (5.5625, 16.75)
     assert _first_zero_run(m, naive_lp) in (bf16_cliff, f32_cliff)
+    # Its gradient's target entry 1 - p_y goes with it.
+    naive_grad = jax.jit(jax.vmap(jax.grad(standard.log_prob)))(jnp.asarray(z), labels)
+    target = np.asarray(naive_grad[:, 0], np.float64)
+    assert _first_zero_run(m, target) == _first_zero_run(m, naive_lp)
     assert _first_zero_run(m, naive_h_jit) in (bf16_cliff, f32_cliff)
     assert _first_zero_run(m, naive_h) == bf16_cliff  # eager: each operation in bf16
     # The fixed ones are non-zero up to underflow and within their bounds (above).
