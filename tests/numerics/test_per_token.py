@@ -365,6 +365,7 @@ def test_every_bf16_margin(k):
     h_exact, h_grad_exact = exact[:, 3], np.zeros(z.shape)
     h_grad_exact[:, :2] = exact[:, 4:6]
     h_grad_exact[:, 2:] = exact[:, 5:6]
+    # No inexact gaps: z_max - z_j is m - 0 or 0 - m, exact.
     h_bound, h_grad_bound = entropy_bounds(z, BF16, h_exact, h_grad_exact)
     checks = [
         ("log_prob", lp, exact[:, 0], lp_bound),
