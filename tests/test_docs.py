@@ -71,8 +71,11 @@ def test_no_file_refers_outside_the_repository():
 
 def test_readme_setup_commands_are_the_ones_ci_runs():
     readme = (ROOT / "README.md").read_text()
-    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert ci in readme
+    lines = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    # The README's test command (the fast tier) and the slow tier CI runs after it.
+    (fast,) = [line for line in lines if line.startswith("python3 -m venv")]
+    assert fast in readme
+    assert lines[-1] == "pytest -n 2 -m slow" and lines[-1] in readme
     main_job = "pip install -e . && grokbench figures --quick"
     assert f"python3 -m venv .venv && . .venv/bin/activate && {main_job}" in readme
 
