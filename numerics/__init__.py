@@ -39,6 +39,10 @@ from numerics._per_token import log_prob as log_prob
 from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
 from numerics._softmax import log_softmax as log_softmax
 from numerics._softmax import softmax as softmax
+from numerics._vocab_parallel import sharded_cross_entropy as sharded_cross_entropy
+from numerics._vocab_parallel import (
+    sharded_linear_cross_entropy as sharded_linear_cross_entropy,
+)
 
 __all__ = [
     "CollapseStats",
@@ -60,6 +64,8 @@ __all__ = [
     "oracle",
     "precision_cliff",
     "reverse_kl_divergence",
+    "sharded_cross_entropy",
+    "sharded_linear_cross_entropy",
     "soft_target_cross_entropy",
     "softmax",
     "stablemax_cross_entropy",

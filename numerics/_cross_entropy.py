@@ -203,6 +203,7 @@ def cross_entropy(
     z_loss: float = 0.0,
     soft_cap: float | None = None,
     label_smoothing: float = 0.0,
+    vocab_axis: str | None = None,
 ) -> jax.Array:
     r"""Cross-entropy with integer labels that survives the precision cliff.
 
@@ -285,11 +286,22 @@ def cross_entropy(
         `final_logit_softcapping`, Liger's `softcap`).
       label_smoothing: alpha in [0, 1): the target distribution (1 - alpha) one-hot +
         alpha / n (optax's `smooth_labels`, torch's `label_smoothing`).
+      vocab_axis: inside `jax.shard_map`, the mesh axis (P devices) the class axis is
+        split over: `logits` (and an entry mask `where`) are this device's contiguous
+        shard (..., K / P), device i holding classes [i K / P, (i + 1) K / P), and labels
+        index all K. The class axis must be the last. The result is the unsharded call's
+        (docs/numerics.md, "The vocabulary over devices"); reverse mode only
+        (`jax.custom_vjp`), float8 logits refused. `numerics.sharded_cross_entropy` builds
+        the `shard_map` from a mesh.
 
     Returns:
       Per-example losses of shape `labels.shape`, in the dtype of `logits`.
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
+    if vocab_axis is not None:
+        from numerics import _vocab_parallel
+
+        return _vocab_parallel.cross_entropy(logits, labels, axis, where, opts, vocab_axis)
     logits, labels, mask = prepare(logits, labels, axis, where, float8=True)
     if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
         return jnp.full(labels.shape, jnp.nan, logits.dtype)

@@ -106,6 +106,22 @@ def _linear_fwd(hidden, weight, bias, labels, opts, chunk):
 
 
 def _linear_bwd(opts, chunk, residuals, cotangent):
+    return backward(opts, chunk, residuals, cotangent, None)
+
+
+def _varying(x) -> frozenset:
+    """The mesh axes x varies over inside shard_map (jax 0.10: `manual_axis_type.varying`;
+    earlier releases: `vma`)."""
+    aval = jax.typeof(x)
+    kind = getattr(aval, "manual_axis_type", None)
+    return frozenset(kind.varying if kind is not None else getattr(aval, "vma", ()))
+
+
+def backward(opts, chunk, residuals, cotangent, vocab_axis):
+    """(d hidden, d weight, d bias, d labels) from the forward's residuals; with
+    `vocab_axis` (the vocabulary-parallel loss, `numerics._vocab_parallel`) the weight is
+    this device's shard, `labels` are local to it, and d hidden, a sum over the whole
+    vocabulary, is psum'd over that axis in the compute dtype before its one rounding."""
     hidden, weight, bias, labels, terms = residuals
     ctype = compute_dtype(hidden.dtype)
     full, rest = _chunks(weight.shape[1], chunk)
@@ -136,8 +152,16 @@ def _linear_bwd(opts, chunk, residuals, cotangent):
         dh, dw, db = one(w_chunk, start, chunk)
         return (d_hidden + dh, *write(d_weight, d_bias, dw, db, start)), None
 
+    def vary(x):
+        # Under shard_map the scan's carries become varying over the vocabulary axis
+        # (each device's shard), so their zeros start so.
+        if x is None or vocab_axis is None or vocab_axis in _varying(x):
+            return x
+        return jax.lax.pcast(x, (vocab_axis,), to="varying")
+
     d_bias = None if bias is None else jnp.zeros(bias.shape, bias.dtype)
     carry = (jnp.zeros(hidden.shape, ctype), jnp.zeros(weight.shape, weight.dtype), d_bias)
+    carry = tuple(vary(c) for c in carry)
     if full:
         carry = jax.lax.scan(step, carry, jnp.arange(full, dtype=labels.dtype))[0]
     d_hidden, d_weight, d_bias = carry
@@ -145,6 +169,8 @@ def _linear_bwd(opts, chunk, residuals, cotangent):
         dh, dw, db = one(weight[:, full * chunk :], full * chunk, rest)
         d_hidden = d_hidden + dh
         d_weight, d_bias = write(d_weight, d_bias, dw, db, full * chunk)
+    if vocab_axis is not None:
+        d_hidden = jax.lax.psum(d_hidden, vocab_axis)
     zero_labels = np.zeros(labels.shape, jax.dtypes.float0)
     return d_hidden.astype(hidden.dtype), d_weight, d_bias, zero_labels
 
@@ -167,8 +193,12 @@ def _check_bias(bias, dtype, num_classes: int):
     return bias
 
 
-def _validate_linear(hidden, weight, labels, where, ignore_index, chunk_size, reduction):
-    """Entry checks; returns (hidden_NxD, weight, labels_N, kept_N or None, chunk)."""
+def _validate_linear(
+    hidden, weight, labels, where, ignore_index, chunk_size, reduction, num_classes=None
+):
+    """Entry checks; returns (hidden_NxD, weight, labels_N, kept_N or None, chunk).
+
+    `num_classes`: the whole vocabulary when `weight` is one device's shard of it."""
     hidden = _validate.float_array(hidden, "hidden")
     weight = _validate.float_array(weight, "weight")
     if hidden.dtype != weight.dtype:
@@ -209,7 +239,7 @@ def _validate_linear(hidden, weight, labels, where, ignore_index, chunk_size, re
     if ignore_index is not None:
         ignored = labels != ignore_index
         kept = ignored if kept is None else kept & ignored
-    num_classes = weight.shape[1]
+    num_classes = weight.shape[1] if num_classes is None else num_classes
     if not isinstance(labels, jax.core.Tracer) and labels.size:
         host = np.asarray(labels)
         if kept is not None and not isinstance(kept, jax.core.Tracer):
@@ -219,7 +249,7 @@ def _validate_linear(hidden, weight, labels, where, ignore_index, chunk_size, re
                 f"labels must lie in [0, {num_classes}) (outside where / ignore_index); got "
                 f"values in [{int(host.min())}, {int(host.max())}]."
             )
-    return hidden, weight, labels.astype(jnp.int32), kept, min(int(chunk_size), num_classes)
+    return hidden, weight, labels.astype(jnp.int32), kept, min(int(chunk_size), weight.shape[1])
 
 
 def linear_cross_entropy(
@@ -235,6 +265,8 @@ def linear_cross_entropy(
     soft_cap: float | None = None,
     label_smoothing: float = 0.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    vocab_axis: str | None = None,
+    batch_axis: str | None = None,
 ) -> jax.Array:
     r"""Cross-entropy of the logits hidden @ weight, never holding the (..., V) logits.
 
@@ -300,16 +332,32 @@ def linear_cross_entropy(
       reduction: "none" (per-position losses, shape labels.shape), "sum", or "mean"
         over the kept positions.
       z_loss, soft_cap, label_smoothing: as in `cross_entropy`.
-      chunk_size: vocabulary columns per chunk, > 0 (capped at V).
+      chunk_size: vocabulary columns per chunk, > 0 (capped at V, or at this device's
+        V / P with `vocab_axis`).
+      vocab_axis: inside `jax.shard_map`, the mesh axis (P devices) the vocabulary is
+        split over: `weight` (and `bias`) are then this device's contiguous shard, (D, V / P)
+        and (V / P,), device i holding columns [i V / P, (i + 1) V / P), and labels index
+        the whole vocabulary. The result is the unsharded call's (docs/numerics.md,
+        "The vocabulary over devices"); `numerics.sharded_linear_cross_entropy` builds
+        the `shard_map` from a mesh.
+      batch_axis: with `vocab_axis`, the mesh axis the rows are split over (data
+        parallel): "sum" and "mean" then reduce over every device's rows (psum), not
+        only this device's.
 
     Returns:
       Losses in the dtype of `hidden`: labels.shape for "none", a scalar otherwise.
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
+    num_classes = None
+    if vocab_axis is not None or batch_axis is not None:
+        from numerics import _vocab_parallel
+
+        num_classes = _vocab_parallel.global_classes(weight, vocab_axis, batch_axis, "weight")
     hidden, weight, labels, kept, chunk = _validate_linear(
-        hidden, weight, labels, where, ignore_index, chunk_size, reduction
+        hidden, weight, labels, where, ignore_index, chunk_size, reduction, num_classes
     )
     bias = _check_bias(bias, hidden.dtype, weight.shape[1])
+    num_classes = weight.shape[1] if num_classes is None else num_classes
     shape = labels.shape
     ctype = compute_dtype(hidden.dtype)
     h = hidden.reshape(-1, hidden.shape[-1])
@@ -324,8 +372,15 @@ def linear_cross_entropy(
             # Padding positions compute on label 0 and are zeroed below: their loss and
             # its cotangent are 0, so they add 0 to both gradients.
             t = jnp.where(keep, t, 0)
-        valid = (t >= 0) & (t < weight.shape[1])
-        loss = _linear(h, weight, bias, jnp.where(valid, t, 0), opts, chunk)
+        valid = (t >= 0) & (t < num_classes)
+        if vocab_axis is None:
+            loss = _linear(h, weight, bias, jnp.where(valid, t, 0), opts, chunk)
+        else:
+            from numerics import _vocab_parallel
+
+            loss = _vocab_parallel.linear(
+                h, weight, bias, jnp.where(valid, t, 0), opts, chunk, vocab_axis
+            )
         # A product, not a select: an invalid label's NaN reaches the cotangent too, so
         # the gradients are NaN, as the materialized loss's are.
         loss = loss * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
@@ -334,7 +389,9 @@ def linear_cross_entropy(
     if reduction == "none":
         return loss.reshape(shape).astype(hidden.dtype)
     total = jnp.sum(loss)
+    count = jnp.asarray(t.size, ctype) if keep is None else jnp.sum(keep).astype(ctype)
+    if batch_axis is not None:  # every device's rows, summed in the compute dtype
+        total, count = jax.lax.psum((total, count), batch_axis)
     if reduction == "sum":
         return total.astype(hidden.dtype)
-    count = t.size if keep is None else jnp.sum(keep).astype(ctype)
     return (total / jnp.maximum(count, 1)).astype(hidden.dtype)
