@@ -118,15 +118,28 @@ def _varying(x) -> frozenset:
 
 
 def backward(opts, chunk, residuals, cotangent, vocab_axis):
-    """(d hidden, d weight, d bias, d labels) from the forward's residuals; with
-    `vocab_axis` (the vocabulary-parallel loss, `numerics._vocab_parallel`) the weight is
-    this device's shard, `labels` are local to it, and d hidden, a sum over the whole
-    vocabulary, is psum'd over that axis in the compute dtype before its one rounding."""
+    """(d hidden, d weight, d bias, d labels) from the forward's residuals.
+
+    Inside `jax.shard_map`, a gradient that varies over mesh axes its primal does not
+    (the rows split over a batch axis, the vocabulary over `vocab_axis` for the
+    vocabulary-parallel loss, `numerics._vocab_parallel`) is that primal's gradient summed
+    over those axes: it is psum'd there in the compute dtype, then rounded once. So d hidden,
+    a sum over the whole vocabulary, is psum'd over `vocab_axis`, and d weight (held in the
+    compute dtype then) over a batch axis.
+    """
     hidden, weight, bias, labels, terms = residuals
     ctype = compute_dtype(hidden.dtype)
     full, rest = _chunks(weight.shape[1], chunk)
     kept_t = jnp.ones(labels.shape, bool)
     scale = cotangent.astype(ctype)[:, None]
+    # The mesh axes the per-chunk gradients vary over (empty outside shard_map).
+    axes = frozenset().union(
+        *(_varying(x) for x in (hidden, weight, labels, cotangent, *terms)),
+        *(() if bias is None else (_varying(bias),)),
+        () if vocab_axis is None else (vocab_axis,),
+    )
+    w_sum = tuple(sorted(axes - _varying(weight)))  # d weight summed over these
+    w_dtype = ctype if w_sum else weight.dtype
 
     def one(w_chunk, start, size):
         z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
@@ -134,8 +147,8 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
         # g rounds once to the inputs' dtype, as the materialized loss's gradient does;
         # the products and the bias's column sums accumulate in the compute dtype.
         g = (g * scale).astype(hidden.dtype)
-        db = None if bias is None else jnp.sum(g.astype(ctype), axis=0).astype(bias.dtype)
-        return _dot(g, w_chunk.T), _dot(hidden.T, g).astype(weight.dtype), db
+        db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
+        return _dot(g, w_chunk.T), _dot(hidden.T, g).astype(w_dtype), db
 
     def write(d_weight, d_bias, dw, db, start):
         # The weight gradient is written chunk by chunk in place: stacking the chunks
@@ -153,14 +166,17 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
         return (d_hidden + dh, *write(d_weight, d_bias, dw, db, start)), None
 
     def vary(x):
-        # Under shard_map the scan's carries become varying over the vocabulary axis
-        # (each device's shard), so their zeros start so.
-        if x is None or vocab_axis is None or vocab_axis in _varying(x):
-            return x
-        return jax.lax.pcast(x, (vocab_axis,), to="varying")
+        # Under shard_map the scan's carries vary over every axis the chunks' gradients
+        # vary over, so their zeros start so.
+        missing = None if x is None else tuple(sorted(axes - _varying(x)))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
 
-    d_bias = None if bias is None else jnp.zeros(bias.shape, bias.dtype)
-    carry = (jnp.zeros(hidden.shape, ctype), jnp.zeros(weight.shape, weight.dtype), d_bias)
+    def summed(grad, primal):
+        over = tuple(sorted(_varying(grad) - _varying(primal)))
+        return jax.lax.psum(grad, over) if over else grad
+
+    d_bias = None if bias is None else jnp.zeros(bias.shape, ctype)
+    carry = (jnp.zeros(hidden.shape, ctype), jnp.zeros(weight.shape, w_dtype), d_bias)
     carry = tuple(vary(c) for c in carry)
     if full:
         carry = jax.lax.scan(step, carry, jnp.arange(full, dtype=labels.dtype))[0]
@@ -169,10 +185,12 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
         dh, dw, db = one(weight[:, full * chunk :], full * chunk, rest)
         d_hidden = d_hidden + dh
         d_weight, d_bias = write(d_weight, d_bias, dw, db, full * chunk)
-    if vocab_axis is not None:
-        d_hidden = jax.lax.psum(d_hidden, vocab_axis)
+    d_hidden = summed(d_hidden, hidden).astype(hidden.dtype)
+    d_weight = summed(d_weight, weight).astype(weight.dtype)
+    if bias is not None:
+        d_bias = summed(d_bias, bias).astype(bias.dtype)
     zero_labels = np.zeros(labels.shape, jax.dtypes.float0)
-    return d_hidden.astype(hidden.dtype), d_weight, d_bias, zero_labels
+    return d_hidden, d_weight, d_bias, zero_labels
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)
