@@ -360,16 +360,16 @@ _CHILD = textwrap.dedent(
             for kind in ("linear", "materialized"):
                 worst = t.check(dtype, "all", mesh, "vocab", batch, kind=kind)
                 print(dict(mesh.shape), jax.numpy.dtype(dtype).name, kind, f"{worst:.3f}")
-        for name in ("plain", "z_loss", "soft_cap", "smoothing"):
-            t.check(t.F32, name, mesh, "vocab", batch)
     print("ok")
     """
 )
 
 
+@pytest.mark.first
 def test_four_and_eight_devices():
-    """4, 8 and 2 x 4 (data x vocabulary) host devices in one child process, every dtype
-    with every option together, and each option alone in float32."""
+    """4, 8 and 2 x 4 (data x vocabulary) host devices in one child process (about 30 s
+    on this project's 2-core CPU, 24 compiled cases): every dtype with every option
+    together (each option alone runs on 2 devices above)."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
