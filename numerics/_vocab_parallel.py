@@ -320,6 +320,9 @@ def sharded_linear_cross_entropy(
     specs = [rows, P(None, vocab_axis), rows]
     extra = {}
     if bias is not None:
+        bias = _validate.float_array(bias, "bias")
+        if bias.shape != (weight.shape[1],):
+            raise ValueError(f"bias must have shape (V,) = ({weight.shape[1]},); got {bias.shape}.")
         args.append(bias)
         specs.append(P(vocab_axis))
         extra["bias"] = len(args) - 1

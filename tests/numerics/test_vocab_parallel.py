@@ -425,6 +425,8 @@ def test_bad_input():
         call(mesh, h, w, jnp.zeros(3, jnp.int32), vocab_axis="vocab")
     with pytest.raises(ValueError, match=r"disagree on D|weight"):
         call(mesh, h, jnp.ones((2, 6), jnp.float32), t, vocab_axis="vocab")
+    with pytest.raises(ValueError, match=r"bias must have shape \(V,\) = \(6,\)"):
+        call(mesh, h, w, t, vocab_axis="vocab", bias=jnp.ones(4, jnp.float32))
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 6\)"):
         call(mesh, h, w, jnp.full(4, 6, jnp.int32), vocab_axis="vocab")
     with pytest.raises(ValueError, match=r"batch .* does not divide"):
