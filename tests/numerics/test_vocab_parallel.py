@@ -342,6 +342,41 @@ def test_batch_and_vocab_together(kind):
         assert abs(float(got) - float(want)) <= (2 * (N - 1) + 1) * u * abs(float(want))
 
 
+def test_batch_axis_alone():
+    """`linear_cross_entropy(..., batch_axis=)` in a data-parallel shard_map without a
+    vocabulary axis: the weight's gradient is summed over the batch devices (in float32,
+    rounded once), so it is the unsharded one up to the grouping of its row sum."""
+    mesh = _mesh((2,), ("data",))
+    hidden, weight, _, labels, _, _ = _case(F32)
+    labels = np.where(labels < 0, 3, labels).astype(np.int32)
+
+    def sharded(h, w):
+        body = functools.partial(
+            numerics.linear_cross_entropy, batch_axis="data", reduction="sum", chunk_size=CHUNK
+        )
+        spec = jax.sharding.PartitionSpec
+        return jax.shard_map(
+            body, mesh=mesh, in_specs=(spec("data"), spec(), spec("data")), out_specs=spec()
+        )(h, w, labels)
+
+    def unsharded(h, w):
+        return numerics.linear_cross_entropy(h, w, labels, reduction="sum", chunk_size=CHUNK)
+
+    args = (jnp.asarray(hidden), jnp.asarray(weight))
+    got = jax.jit(jax.value_and_grad(sharded, (0, 1)))(*args)
+    want = jax.jit(jax.value_and_grad(unsharded, (0, 1)))(*args)
+    u = float(np.finfo(np.float32).eps) / 2
+    # The same per-row losses and g (the same chunks, one device's rows): the loss sum and
+    # d weight = sum_n h_nd g_nj regroup N terms, 2 (N - 1) u of the sum of |terms| each
+    # (+ 1 u for each product in d weight); d hidden is the same computation, bit for bit.
+    h64 = np.abs(hidden.astype(np.float64))
+    g_scale = 1.0  # |g_nj| <= 1 for the plain loss
+    assert abs(float(got[0]) - float(want[0])) <= 2 * (N - 1) * u * abs(float(want[0]))
+    np.testing.assert_array_equal(got[1][0], want[1][0])
+    bound = 2 * N * u * (h64.T @ np.full((N, V), g_scale))
+    assert (np.abs(np.asarray(got[1][1]) - np.asarray(want[1][1])) <= bound).all()
+
+
 def test_example_mask():
     """`where` of the labels' rank (whole examples left out) on sharded logits: the
     unsharded call's losses and gradient, padding rows exactly 0 in both."""
