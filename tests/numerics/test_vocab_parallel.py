@@ -68,6 +68,10 @@ The materialized `cross_entropy` is one chunk per device (chunk = K / P) against
 of K: the per-shard sums are not the unsharded sum's terms grouped, so each path's S carries
 its whole depth: a_u = 2 + (K - 1) (exp, the sum of K terms) and a_s = 2 + (K/P - 1) + 3 +
 (P - 1); the rest as above, with d logits = g itself.
+
+The model is a worst case (every rounding at its bound, recursive sums): measured on these
+inputs, float32 and float64 differences reach at most about 5 % of it (the subprocess test
+prints the ratio per case), and bf16 and fp16 results are bitwise equal to the unsharded.
 """
 
 from __future__ import annotations
