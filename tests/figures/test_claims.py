@@ -1334,7 +1334,8 @@ def test_a_quick_run_not_there_yet_is_not_tested_never_failed():
         for r in runs["fig2-bottom"]:
             n = r.metrics["step"].size
             r.__dict__["metrics"] = {**r.metrics, "margin_mean": np.full(n, 10.0)}
-        (row,) = [r for r in fig2.claims(Evidence(scale, runs)) if "mean train margin hits c32 (a^2" in r.claim]
+        hits = "mean train margin hits c32 (a^2"
+        (row,) = [r for r in fig2.claims(Evidence(scale, runs)) if hits in r.claim]
         assert row.status == status, (scale, row)
         runs = {"fig4": [_fig4_run(1e-8, 0.0, np.linspace(0.0, 15.0, 300))]}
         (row,) = [
