@@ -36,13 +36,13 @@ from numerics._linear import linear_cross_entropy as linear_cross_entropy
 from numerics._logsumexp import logsumexp as logsumexp
 from numerics._per_token import entropy as entropy
 from numerics._per_token import log_prob as log_prob
+from numerics._sharded import sharded_cross_entropy as sharded_cross_entropy
+from numerics._sharded import (
+    sharded_linear_cross_entropy as sharded_linear_cross_entropy,
+)
 from numerics._soft_target import soft_target_cross_entropy as soft_target_cross_entropy
 from numerics._softmax import log_softmax as log_softmax
 from numerics._softmax import softmax as softmax
-from numerics._vocab_parallel import sharded_cross_entropy as sharded_cross_entropy
-from numerics._vocab_parallel import (
-    sharded_linear_cross_entropy as sharded_linear_cross_entropy,
-)
 
 __all__ = [
     "CollapseStats",

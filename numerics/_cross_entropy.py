@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from numerics import _validate
+from numerics import _validate, _vocab_parallel
 from numerics._lm_loss import loss_from, options_cross_entropy, validate_options
 from numerics._softmax import (
     finite_row_max,
@@ -129,15 +129,15 @@ def _forward(logits, labels, mask):
 
 
 @jax.custom_jvp
-def _cross_entropy(logits, labels, mask):
+def margin_cross_entropy(logits, labels, mask):
     return _forward(logits, labels, mask)[0]
 
 
-@_cross_entropy.defjvp
+@margin_cross_entropy.defjvp
 def _cross_entropy_jvp(primals, tangents):
     logits, labels, mask = primals
     # The primal through the custom function itself, so higher orders use this rule.
-    loss = _cross_entropy(logits, labels, mask)
+    loss = margin_cross_entropy(logits, labels, mask)
     grad = _gradient(logits, labels, mask, *_forward(logits, labels, mask)[1])
     # Linear in the tangent: reverse mode transposes it to grad * cotangent, fused
     # into `_gradient`'s elementwise pass.
@@ -299,15 +299,13 @@ def cross_entropy(
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
     if vocab_axis is not None:
-        from numerics import _vocab_parallel
-
         return _vocab_parallel.cross_entropy(logits, labels, axis, where, opts, vocab_axis)
     logits, labels, mask = prepare(logits, labels, axis, where, float8=True)
     if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
         return jnp.full(labels.shape, jnp.nan, logits.dtype)
     if not opts.plain:
         return options_cross_entropy(logits, labels, mask, opts)
-    return _cross_entropy(logits, labels, mask)
+    return margin_cross_entropy(logits, labels, mask)
 
 
 def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1) -> jax.Array:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from numerics import _validate
+from numerics import _validate, _vocab_parallel
 from numerics._lm_loss import (
     ChunkStats,
     LossOptions,
@@ -196,6 +196,30 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
 _linear.defvjp(_linear_fwd, _linear_bwd)
 
 
+# The vocabulary over devices (`vocab_axis`): the same statistics per shard, combined across
+# the devices (`numerics._vocab_parallel.across`); the backward is `backward` above.
+
+
+def _sharded_fwd(hidden, weight, bias, labels, opts, chunk, vocab_axis):
+    local = labels - _vocab_parallel.offset(vocab_axis, weight.shape[1])
+    stats = _vocab_parallel.across(_stats(hidden, weight, bias, local, opts, chunk), vocab_axis)
+    loss, terms = finish(stats, jnp.ones(labels.shape, bool), opts)
+    return loss, (hidden, weight, bias, local, terms)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _sharded(hidden, weight, bias, labels, opts, chunk, vocab_axis):
+    """Per-row losses (compute dtype) of hidden_NxD @ the weight shard, labels global."""
+    return _sharded_fwd(hidden, weight, bias, labels, opts, chunk, vocab_axis)[0]
+
+
+def _sharded_bwd(opts, chunk, vocab_axis, residuals, cotangent):
+    return backward(opts, chunk, residuals, cotangent, vocab_axis)
+
+
+_sharded.defvjp(_sharded_fwd, _sharded_bwd)
+
+
 def _check_bias(bias, dtype, num_classes: int):
     """The bias as an array of shape (V,) and the hidden's dtype, or None."""
     if bias is None:
@@ -368,8 +392,6 @@ def linear_cross_entropy(
     opts = validate_options(z_loss, soft_cap, label_smoothing)
     num_classes = None
     if vocab_axis is not None or batch_axis is not None:
-        from numerics import _vocab_parallel
-
         num_classes = _vocab_parallel.global_classes(weight, vocab_axis, batch_axis, "weight")
     hidden, weight, labels, kept, chunk = _validate_linear(
         hidden, weight, labels, where, ignore_index, chunk_size, reduction, num_classes
@@ -394,11 +416,7 @@ def linear_cross_entropy(
         if vocab_axis is None:
             loss = _linear(h, weight, bias, jnp.where(valid, t, 0), opts, chunk)
         else:
-            from numerics import _vocab_parallel
-
-            loss = _vocab_parallel.linear(
-                h, weight, bias, jnp.where(valid, t, 0), opts, chunk, vocab_axis
-            )
+            loss = _sharded(h, weight, bias, jnp.where(valid, t, 0), opts, chunk, vocab_axis)
         # A product, not a select: an invalid label's NaN reaches the cotangent too, so
         # the gradients are NaN, as the materialized loss's are.
         loss = loss * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))

@@ -63,7 +63,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from numerics import _validate
-from numerics._cross_entropy import _cross_entropy, prepare
+from numerics._cross_entropy import margin_cross_entropy, prepare
 from numerics._softmax import one_plus, shifted_and_max, sum_of_others
 from numerics._validate import Axis
 
@@ -114,7 +114,7 @@ def log_prob(
     logits, labels, mask = prepare(logits, labels, axis, where)
     if logits.shape[-1] == 0:  # no class, so no valid label (only traced ones get here)
         return jnp.full(labels.shape, jnp.nan, logits.dtype)
-    return -_cross_entropy(logits, labels, mask)
+    return -margin_cross_entropy(logits, labels, mask)
 
 
 def _entropy_terms(x: jax.Array, mask: jax.Array | None):
