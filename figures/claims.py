@@ -197,7 +197,9 @@ def pm(stat: tuple[float, float] | None, scale: float = 1.0, digits: int = 1) ->
 
 def seeds(runs: Sequence[Run]) -> str:
     """'N seeds, S steps' of a group of runs."""
-    return f"{len(runs)} seeds, {runs[0].config.steps} steps" if runs else "no runs"
+    if not runs:
+        return "no runs"
+    return f"{len(runs)} seed{'' if len(runs) == 1 else 's'}, {runs[0].config.steps} steps"
 
 
 def finite(x: float | None) -> bool:

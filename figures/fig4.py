@@ -139,7 +139,6 @@ def claims(evidence: Evidence) -> list[Row]:
     if early and not all("margin_mean" in r.metrics and "config" in r.summary for r in early):
         early, early_why = [], "a fig4 run without a stored mean margin or config"
     early_by = {(g["eps"], g["weight_decay"]): g for g in groups(early)} if early else {}
-    scale = evidence.decided_at("fig4", early)
     steps = early[0].config.steps if early else 0
     peaks = (
         [
@@ -198,6 +197,8 @@ def claims(evidence: Evidence) -> list[Row]:
                     )
                 )
             else:
+                members = select(early, eps=eps, weight_decay=wd)
+                scale = evidence.decided_at("fig4", members)  # this eps's runs
                 rows.append(_overshoot_row(eps, early_by.get((eps, wd)), early_why, scale, steps))
     return rows
 
