@@ -7,6 +7,7 @@ Markdown. A block whose data the bundle lacks says so instead of printing a numb
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -220,16 +221,25 @@ def recipes_fig2_top(b: Bundle) -> str:
 
 
 def _collapse_text(b: Bundle, recipe: str, task: str) -> str:
-    rows = {
-        key: _row(b, "full", claim)
-        for key, claim in {
-            "step": "step of the first spike (a^2+b^2 mod 97, MLP, Adam, lambda 0, eps 1e-16)",
-            "before": "standard CE test accuracy just before it (a^2+b^2 mod 97, MLP, Adam, "
-            "lambda 0, eps 1e-16)",
-            "after": "standard CE test accuracy after it (lowest) (a^2+b^2 mod 97, MLP, Adam, "
-            "lambda 0, eps 1e-16)",
-        }.items()
-    }
+    setting = "(a^2+b^2 mod 97, MLP, Adam, lambda 0, eps 1e-16)"
+    cube = "a^3+b mod 97, lambda 0: standard CE test accuracy, "
+    claims = {  # the report's rows on the first spike, and how the text shows each
+        "fig2-bottom": {
+            f"standard CE's mean train margin hits c32 {setting}": (
+                "mean margin first at c32 at step {} ({}; the paper: ~1,250)"
+            ),
+            f"standard CE test accuracy just before the spike {setting}": (
+                "test accuracy just before the spike {}% ({}; the paper: 61%)"
+            ),
+            f"standard CE test accuracy after it (lowest) {setting}": (
+                "lowest after it {}% ({}; the paper: 23%)"
+            ),
+        },
+        "fig2-bottom-cube": {
+            f"{cube}60 % before the spike": "just before the spike {}% ({}; the paper: 60%)",
+            f"{cube}drops to 21 %": "lowest after it {}% ({}; the paper: 21%)",
+        },
+    }[recipe]
     std = _runs(b, "full", recipe, loss="standard")
     fixed = _runs(b, "full", recipe, loss="fixed")
     text = (
@@ -238,18 +248,14 @@ def _collapse_text(b: Bundle, recipe: str, task: str) -> str:
         f"{_span([100 * r['test_accuracy'] for r in fixed])}% (spikes "
         f"{[r['spikes'] for r in fixed]})"
     )
-    if recipe == "fig2-bottom":
-        shown = {
-            "step": "first spike at step {} ({}; the paper: ~1,250)",
-            "before": "test accuracy just before it {}% ({}; the paper: 61%)",
-            "after": "lowest after it {}% ({}; the paper: 23%)",
-        }
-        parts = [
-            shown[k].format(r["ours"].split(" (")[0], r["status"])
-            for k, r in rows.items()
-            if r is not None and r["status"] != "not tested"
-        ]
-        text += ("; the report's rows: " + ", ".join(parts)) if parts else ""
+    parts = []
+    for claim, shown in claims.items():
+        r = _row(b, "full", claim)
+        if r is None or r["status"] == "not tested":
+            continue
+        found = re.search(r"mean ([0-9.]+)", r["ours"]) or re.match(r"([0-9.]+)", r["ours"])
+        parts.append(shown.format(found.group(1) if found else r["ours"], r["status"]))
+    text += ("; the report's rows: " + ", ".join(parts)) if parts else ""
     return text
 
 
