@@ -10,6 +10,7 @@ from whatever finished runs of this scale the store holds.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import platform
 import sys
@@ -48,9 +49,8 @@ forecast's record when OUT holds none of this scale yet."""
 
 
 def _machine() -> str:
-    """'2-core <cpu>': what a record's times were measured on."""
-    import os
-
+    """'2-core <cpu>': what a record's times were measured on (the cores this process may
+    use where the OS says, else all)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -59,7 +59,9 @@ def _machine() -> str:
                 break
     except OSError:
         pass
-    return f"{len(os.sched_getaffinity(0))}-core {cpu}"
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity else os.cpu_count()
+    return f"{cores}-core {cpu}"
 
 
 def names() -> list[str]:
