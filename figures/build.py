@@ -32,6 +32,7 @@ __all__ = [
     "TIMES_FILE",
     "build",
     "check_names",
+    "cpu_model",
     "forecast",
     "format_forecast",
     "missing",
@@ -48,17 +49,21 @@ REFERENCE_TIMES = pathlib.Path(__file__).with_name("reference_build_times.json")
 forecast's record when OUT holds none of this scale yet."""
 
 
-def _machine() -> str:
-    """'2-core <cpu>': what a record's times were measured on (the cores this process may
-    use where the OS says, else all)."""
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's, else what `platform` knows)."""
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def _machine() -> str:
+    """'2-core <cpu>': what a record's times were measured on (the cores this process may
+    use where the OS says, else all)."""
+    cpu = cpu_model()
     affinity = getattr(os, "sched_getaffinity", None)
     cores = len(affinity(0)) if affinity else os.cpu_count()
     return f"{cores}-core {cpu}"

@@ -26,7 +26,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import re
 import subprocess
 import sys
@@ -78,16 +77,10 @@ def _versions() -> dict[str, int]:
 def _machine() -> dict[str, Any]:
     import jax
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from figures.build import cpu_model
+
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "device": jax.devices()[0].device_kind,
         "jax": jax.__version__,

@@ -65,7 +65,7 @@ def fake_engine(monkeypatch):
     return calls
 
 
-def _build(tmp_path, names, overrides=TINY, out=None):
+def _build(tmp_path, names, overrides=TINY, out=None, log=lambda *a, **k: None):
     """`build.build` as the tests run it: the store under tmp_path, quiet, no report."""
     return build.build(
         names,
@@ -74,7 +74,7 @@ def _build(tmp_path, names, overrides=TINY, out=None):
         overrides=overrides,
         progress=False,
         report=False,
-        log=lambda *a, **k: None,
+        log=log,
     )
 
 
@@ -238,15 +238,7 @@ def test_the_build_forecasts_what_it_trains_from_its_record(tmp_path, fake_engin
     def log(text, file=None):
         lines.append(text)
 
-    build.build(
-        ["fig2"],
-        out=tmp_path / "out",
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
-        log=log,
-    )
+    _build(tmp_path, ["fig2"], out=tmp_path / "out", log=log)
     first = lines[0]
     assert "fig2" in first and "runs to train" in first
     times = json.loads((tmp_path / "out" / build.TIMES_FILE).read_text())
@@ -255,15 +247,7 @@ def test_the_build_forecasts_what_it_trains_from_its_record(tmp_path, fake_engin
     assert times["scale"] == "quick"
 
     lines.clear()
-    build.build(
-        ["fig2"],
-        out=tmp_path / "out",
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
-        log=log,
-    )
+    _build(tmp_path, ["fig2"], out=tmp_path / "out", log=log)
     row = next(line for line in lines[0].splitlines() if line.startswith("fig2"))
     assert row.split()[1:3] == ["0", "0"]  # nothing left to train
     assert "this OUT's last build" in lines[0]
