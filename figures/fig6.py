@@ -110,6 +110,22 @@ def claims(evidence: Evidence) -> list[Row]:
         std64 = select(group_full, precision="fp64", loss="standard")
         f_acc = mean_std(r.summary.get("test_accuracy") for r in fix32)
         s64 = mean_std(r.summary.get("test_accuracy") for r in std64)
+        # 'Reaches 100 %' is an event a quick run shows whole once it happens: a quick build
+        # decides it from its fp32 fixed runs when their mean final test accuracy is within
+        # the tolerance; below it the full run goes on, so it is not tested yet.
+        reach, reach_why, reach_scale = fix32, why_full, ""
+        if not fix32:
+            quick32 = select(group, precision="fp32", loss="fixed")
+            q_acc = mean_std(r.summary.get("test_accuracy") for r in quick32)
+            if q_acc is not None and full.holds(100 * q_acc[0]):
+                reach, reach_scale = quick32, evidence.decided_at(recipe, quick32)
+            elif q_acc is not None:
+                reach_why = (
+                    f"not at 100 % yet at quick scale ({pm(q_acc, 100)} % after "
+                    f"{quick32[0].config.steps:,} steps); `grokbench figures fig6 --full` runs "
+                    "the paper's scale"
+                )
+        r_acc = mean_std(r.summary.get("test_accuracy") for r in reach)
         rows += [
             claim_row(
                 claim=f"{title}: fp32 standard CE spikes once it hits c32 (eps 1e-12)",
@@ -137,10 +153,11 @@ def claims(evidence: Evidence) -> list[Row]:
                 claim=f"{title}: fp32 fixed CE reaches 100 % test accuracy",
                 source=full.where,
                 paper=full.stated,
-                ours=lambda f_acc=f_acc, fix32=fix32: f"{pm(f_acc, 100)} % ({seeds(fix32)})",
+                ours=lambda r_acc=r_acc, reach=reach: f"{pm(r_acc, 100)} % ({seeds(reach)})",
                 tolerance=f"mean {full.tolerance}",
-                ok=None if f_acc is None else full.holds(100 * f_acc[0]),
-                why=why_full,
+                ok=None if r_acc is None else full.holds(100 * r_acc[0]),
+                why=reach_why,
+                scale=reach_scale,
             ),
             claim_row(
                 claim=f"{title}: fp32 fixed CE matches fp64 standard CE",

@@ -1346,3 +1346,40 @@ def test_a_quick_run_not_there_yet_is_not_tested_never_failed():
         assert row.status == status, (scale, row)
         if scale == "quick":
             assert "not past log(1/eps) yet" in row.note
+
+
+def test_quick_scale_decides_crossings_and_reaching_100_percent():
+    """Table 1's 'fixed CE crosses cN smoothly' and fig6's 'fp32 fixed CE reaches 100 %' are
+    events a quick run shows whole: decided from quick runs once they happened (holds, or
+    fails on a spike), not tested while a run without a spike is still below the cliff or
+    below 100 %, and never from quick runs at full scale."""
+
+    def crossing(scale, margin, spikes):
+        runs = _table1(True)
+        for r in runs["table1"]:
+            r.summary.update(final_margin=margin, spikes=spikes)
+        rows = table1.claims(Evidence(scale, runs))
+        return {r.claim: r for r in rows if "crosses" in r.claim}
+
+    bf16, fp32 = (
+        f"eps 1e-8: fixed CE crosses {c} smoothly ({p})"
+        for c, p in (("c16", "bf16"), ("c32", "fp32"))
+    )
+    rows = crossing("quick", 16.27, 0)  # past c16 = 5.55, not yet at c32 = 16.64
+    assert rows[bf16].status == HOLDS and rows[bf16].note.startswith("decided at quick scale")
+    assert rows[fp32].status == NOT_TESTED and "not past c32 yet" in rows[fp32].note
+    rows = crossing("quick", 16.27, 1)  # a spike is an event too: it fails, at quick scale
+    assert rows[bf16].status == rows[fp32].status == FAILS
+    assert rows[fp32].note.startswith("decided at quick scale")
+    rows = crossing("full", 16.27, 0)  # full scale: below the cliff fails, with no scale note
+    assert rows[fp32].status == FAILS and not rows[fp32].note.startswith("decided")
+
+    for accuracy, status in ((1.0, HOLDS), (0.45, NOT_TESTED)):
+        runs = _fig6(True)
+        for group in runs.values():
+            for r in group:
+                r.summary["test_accuracy"] = accuracy
+        rows = [r for r in fig6.claims(Evidence("quick", runs)) if "reaches 100 %" in r.claim]
+        assert len(rows) == 4 and all(r.status == status for r in rows), rows
+        note = "decided at quick scale" if status == HOLDS else "not at 100 % yet at quick scale"
+        assert all(r.note.startswith(note) for r in rows), rows

@@ -134,7 +134,7 @@ def test_recipe_grid_and_overrides():
         ("fp64", "standard", "soft_target"),
         ("fp64", "standard", "kl"),
     ]
-    assert all(c.steps == 500 for c in recipes.expand(fig7, quick=True))
+    assert all(c.steps == 200 for c in recipes.expand(fig7, quick=True))
 
 
 @pytest.mark.parametrize(
