@@ -20,7 +20,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display needed (or wanted) on a headless machine
 
+import matplotlib.artist
 import matplotlib.pyplot as plt
+import matplotlib.transforms
 import numpy as np
 
 from grokbench import experiment, recipes
@@ -33,6 +35,7 @@ __all__ = [
     "PRECISION_COLORS",
     "Context",
     "Run",
+    "line_label",
     "margin_curves",
     "mark_cliffs",
     "new_figure",
@@ -95,32 +98,159 @@ def new_figure(nrows: int, ncols: int, width: float = 7.0, height: float = 2.4, 
 def mark_cliffs(ax, cliffs: Mapping[str, float], axis: str = "x", label: bool = True) -> None:
     """Dotted lines at the given cliffs (name -> margin), labelled at the top/right edge."""
     for name, value in cliffs.items():
-        if axis == "x":
-            ax.axvline(value, **CLIFF_STYLE)
-            if label:
-                ax.annotate(
-                    name,
-                    (value, 1.0),
-                    xycoords=("data", "axes fraction"),
-                    fontsize=7,
-                    color="0.35",
-                    ha="left",
-                    va="top",
-                    xytext=(2, -2),
-                    textcoords="offset points",
-                )
-        else:
-            ax.axhline(value, **CLIFF_STYLE)
-            if label:
-                ax.annotate(
-                    name,
-                    (1.0, value),
-                    xycoords=("axes fraction", "data"),
-                    fontsize=7,
-                    color="0.35",
-                    ha="right",
-                    va="bottom",
-                )
+        (ax.axvline if axis == "x" else ax.axhline)(value, **CLIFF_STYLE)
+        if label:
+            line_label(ax, name, value, axis=axis)
+
+
+def line_label(ax, text: str, value: float, axis: str = "x", *, above: bool = False, **style):
+    """Label the reference line at `value` of `ax` (a vertical line if `axis` is "x", a
+    horizontal one if "y"). Every reference-line label of a figure goes through here, so
+    that none overlap: `_LabelPlacer` moves them apart once the figure is laid out.
+
+    A vertical line's label hangs from the top edge, just right of the line (`above`: it
+    stands on the top edge, outside the axes); a horizontal line's sits on its line at the
+    right edge. fontsize 7, grey, unless `style` says otherwise. Returns the annotation."""
+    style = {"fontsize": 7, "color": "0.35", **style}
+    if axis == "y":
+        kind, at, xycoords = "y", (1.0, value), ("axes fraction", "data")
+        (ha, va), offset = ("right", "bottom"), (0, 0)
+    else:
+        kind, at, xycoords = ("above" if above else "x"), (value, 1.0), ("data", "axes fraction")
+        (ha, va), offset = (("left", "baseline"), (0, 0)) if above else (("left", "top"), (2, -2))
+    label = ax.annotate(
+        text,
+        at,
+        xycoords=xycoords,
+        ha=ha,
+        va=va,
+        xytext=offset,
+        textcoords="offset points",
+        **style,
+    )
+    _LabelPlacer.of(ax).add(label, kind)
+    return label
+
+
+_MOVES = {"x": ((0, -1), (1, 0)), "y": ((0, 1), (-1, 0)), "above": ((0, 1), (1, 0))}
+"""A label's two directions (display x, y) by kind: away from its line's side, along its edge."""
+
+
+class _LabelPlacer(matplotlib.artist.Artist):
+    """An invisible artist of one axes that places the axes' reference-line labels so that
+    none overlaps another, or another text of the axes (its texts and titles).
+
+    It places them whenever the figure is laid out (constrained layout asks the axes' artists
+    for their extents: the placer answers with its labels' once placed, so the layout makes
+    room for a label moved out of the axes) and again when the axes is drawn (zorder below
+    Text's: before the labels are drawn). Each time, every label starts from its home (where
+    `line_label` put it, against its line); then the labels are taken in order (vertical
+    lines' left to right, horizontal lines' bottom to top), each moved clear of the texts
+    placed before it, `GAP` points apart, in one of two directions: away from its line's side
+    (a hanging label down, a horizontal line's up, one above the axes up) or along the edge
+    it sits on (right, left, right). Of the two it takes the shorter move that keeps the label
+    in the axes (a label above the axes: in the column above them); if neither does, the
+    shorter."""
+
+    GAP = 1.5  # points between two texts
+
+    def __init__(self):
+        super().__init__()
+        self.set_zorder(2.9)  # below Text's 3: drawn before the labels
+        self.labels: list[tuple[Any, str, tuple[float, float]]] = []
+
+    @classmethod
+    def of(cls, ax) -> _LabelPlacer:
+        """The axes' placer (added on first use)."""
+        placer = getattr(ax, "_grokbench_label_placer", None)
+        if placer is None:
+            placer = ax._grokbench_label_placer = cls()
+            ax.add_artist(placer)
+            placer.set_clip_on(False)  # else the layout leaves it out, as inside the axes
+        return placer
+
+    def add(self, label, kind: str) -> None:
+        label.set_in_layout(False)  # the placer gives the layout its placed labels' extents
+        self.labels.append((label, kind, tuple(label.xyann)))
+
+    def draw(self, renderer) -> None:
+        self.place(renderer)
+
+    def get_window_extent(self, renderer=None):
+        boxes = self.place(renderer or self.figure._get_renderer())
+        return matplotlib.transforms.Bbox.union(boxes) if boxes else None
+
+    def get_tightbbox(self, renderer=None):
+        return self.get_window_extent(renderer)
+
+    def place(self, renderer) -> list:
+        """Place the labels (see the class); their extents."""
+        ax = self.axes
+        for label, _, home in self.labels:
+            label.xyann = home
+        labels = [item for item in self.labels if item[0].get_visible()]
+        mine = {id(item[0]) for item in self.labels}
+        others = [*ax.texts, ax.title, ax._left_title, ax._right_title]
+        placed = [  # the axes' other texts and titles stay where they are
+            t.get_window_extent(renderer)
+            for t in others
+            if id(t) not in mine and t.get_visible() and t.get_text().strip()
+        ]
+        frame = ax.get_window_extent(renderer)
+        gap = renderer.points_to_pixels(self.GAP)
+        points = renderer.points_to_pixels(1.0)  # display units per point
+
+        def order(item):  # vertical lines' labels left to right, then horizontal ones' upwards
+            box = item[0].get_window_extent(renderer)
+            return (1, box.y0, -box.x1) if item[1] == "y" else (0, box.x0, -box.y1)
+
+        boxes = []
+        for label, kind, home in sorted(labels, key=order):
+            box = label.get_window_extent(renderer)
+            room = matplotlib.transforms.Bbox.union([frame, box])
+            if kind == "above":
+                room = matplotlib.transforms.Bbox([[room.x0, room.y0], [room.x1, np.inf]])
+            options = [(_clear(box, placed, d, gap), d) for d in _MOVES[kind]]
+            inside = [o for o in options if _within_room(box, *o, room)]
+            shift, (dx, dy) = min(inside or options, key=lambda o: o[0])
+            if shift:
+                label.xyann = (home[0] + dx * shift / points, home[1] + dy * shift / points)
+                box = label.get_window_extent(renderer)
+            placed.append(box)
+            boxes.append(box)
+        return boxes
+
+
+def _clear(box, placed, direction, gap: float) -> float:
+    """How far (display units) `box` must move along `direction` ((0, 1) up, (0, -1) down,
+    (1, 0) right, (-1, 0) left) to come no closer than `gap` to any box in `placed`."""
+    dx, dy = direction
+    shift = 0.0
+    for _ in range(len(placed) + 1):  # moving one way, a box once cleared stays cleared
+        moved = box.translated(dx * shift, dy * shift)
+        hit = next((b for b in placed if _near(moved, b, gap)), None)
+        if hit is None:
+            break
+        shift += {
+            (0, 1): hit.y1 + gap - moved.y0,
+            (0, -1): moved.y1 - (hit.y0 - gap),
+            (1, 0): hit.x1 + gap - moved.x0,
+            (-1, 0): moved.x1 - (hit.x0 - gap),
+        }[direction]
+    return shift
+
+
+def _near(a, b, gap: float) -> bool:
+    """Whether boxes `a` and `b` overlap or come closer than `gap`."""
+    return a.x0 < b.x1 + gap and b.x0 < a.x1 + gap and a.y0 < b.y1 + gap and b.y0 < a.y1 + gap
+
+
+def _within_room(box, shift: float, direction, room) -> bool:
+    """Whether `box` moved `shift` along `direction` stays in `room`."""
+    moved = box.translated(direction[0] * shift, direction[1] * shift)
+    return (
+        room.x0 <= moved.x0 and moved.x1 <= room.x1 and room.y0 <= moved.y0 and moved.y1 <= room.y1
+    )
 
 
 @dataclasses.dataclass

@@ -16,7 +16,15 @@ import numpy as np
 
 import numerics
 from figures import paper
-from figures._common import CLIFF_STYLE, Context, margin_curves, new_figure, save, select
+from figures._common import (
+    CLIFF_STYLE,
+    Context,
+    line_label,
+    margin_curves,
+    new_figure,
+    save,
+    select,
+)
 from figures.claims import Evidence, Row, claim_row
 from figures.registry import Figure
 from grokbench import equilibrium
@@ -46,15 +54,7 @@ def draw(ctx: Context) -> list:
         if zero:
             under = equilibrium.underflow_margin(zero[0].config)
             ax.axhline(under, **CLIFF_STYLE)
-            ax.annotate(
-                f"fp32 underflow {under:.1f}",
-                (1.0, under),
-                xycoords=("axes fraction", "data"),
-                ha="right",
-                va="bottom",
-                fontsize=7,
-                color="0.35",
-            )
+            line_label(ax, f"fp32 underflow {under:.1f}", under, axis="y")
         ax.set_title(f"lambda = {wd:g}" + (" (levels off)" if wd else " (overshoots)"))
         ax.set_xlabel("step")
     axes[0, 0].set_ylabel("mean train margin m")

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from figures import paper
-from figures._common import LOSS_COLORS, Context, new_figure, save, select
+from figures._common import LOSS_COLORS, Context, line_label, new_figure, save, select
 from figures.claims import Evidence, Row, claim_row, seeds
 from figures.registry import Figure
 from grokbench import fourier, progress
@@ -37,7 +37,7 @@ def _marks(ax, run, phases: dict) -> None:
     for letter, key in _PHASES.items():
         if phases[key] is not None:
             ax.axvline(phases[key], color="0.5", linestyle=":", linewidth=0.8)
-            ax.text(phases[key], 1.0, letter, transform=ax.get_xaxis_transform(), fontsize=7)
+            line_label(ax, letter, phases[key], above=True, color="black")
 
 
 def _column(axes, run) -> None:
