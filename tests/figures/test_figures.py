@@ -126,8 +126,12 @@ def test_table1_markdown_and_csv(tmp_path, fake_engine):
     assert len(frame) == 27  # 9 variants x 3 eps
 
 
+@pytest.mark.slow
 def test_real_engine_end_to_end(tmp_path):
-    """fig2 through the real engine (its three recipes shrunk), as `grokbench figures` runs it."""
+    """fig2 through the real engine (its three recipes shrunk), as `grokbench figures` runs it.
+    Slow tier: the fast tier builds every figure on the fake engine (this file), trains the
+    engine's runs through `grokbench run` (tests/grokbench/test_cli.py) and a figure through
+    the real distillation loop (tests/figures/test_claims.py, the shrunken fig7)."""
     # fig2-top at tests/grokbench/test_cli.py's SHRINK sizes: the two share compiled programs.
     shrink = {"steps": (30,), "eval_every": (10,), "seeds": (3,)}
     overrides = {**TINY, "d_model": (8,), "n_heads": (2,), "mlp_width": (16,), **shrink}

@@ -205,20 +205,28 @@ def test_baseline_losses_train(loss):
     _check_trains(dataclasses.replace(TINY, loss=loss))
 
 
-def test_emulated_matmul_precisions_train_and_differ_from_highest():
+@pytest.mark.parametrize(
+    ("model", "precision"),
+    [
+        # The fast tier trains the MLP at bf16 here and the transformer at tf32 in the next
+        # test (the stored, summarized run); the other pairs are the slow tier's.
+        pytest.param("transformer", "tf32", marks=pytest.mark.slow),
+        pytest.param("transformer", "bf16", marks=pytest.mark.slow),
+        pytest.param("mlp", "tf32", marks=pytest.mark.slow),
+        ("mlp", "bf16"),
+    ],
+)
+def test_emulated_matmul_precisions_train_and_differ_from_highest(model, precision):
     """A few steps of the tiny transformer and MLP at tf32 and bf16 (tasks._matmul) train, and
     move the numbers from the exact-product run from the first step on."""
-    for base in (TINY, dataclasses.replace(TINY, model="mlp", mlp_width=16)):
-        base = dataclasses.replace(base, steps=4, eval_every=2)
-        (exact,) = engine.train([base], progress=False)
-        for precision in ("tf32", "bf16"):
-            (out,) = engine.train(
-                [dataclasses.replace(base, matmul_precision=precision)], progress=False
-            )
-            m, e = out.metrics, exact.metrics
-            assert all(np.isfinite(m[k]).all() for k in metrics.STEP_METRICS), precision
-            assert not np.array_equal(m["train_loss"], e["train_loss"]), precision
-            np.testing.assert_allclose(m["train_loss"], e["train_loss"], rtol=0.05)
+    base = TINY if model == "transformer" else dataclasses.replace(TINY, model="mlp", mlp_width=16)
+    base = dataclasses.replace(base, steps=4, eval_every=2)
+    (exact,) = engine.train([base], progress=False)
+    (out,) = engine.train([dataclasses.replace(base, matmul_precision=precision)], progress=False)
+    m, e = out.metrics, exact.metrics
+    assert all(np.isfinite(m[k]).all() for k in metrics.STEP_METRICS), precision
+    assert not np.array_equal(m["train_loss"], e["train_loss"]), precision
+    np.testing.assert_allclose(m["train_loss"], e["train_loss"], rtol=0.05)
 
 
 def test_emulated_run_is_summarized_with_its_balance_terms(tmp_path):

@@ -59,18 +59,27 @@ def _weighted_gap(gaps, exclude):
     return np.sum(weights * gaps) / max(np.sum(weights), 1e-300)
 
 
+def _tier(*indices: int):
+    """The fast tier runs a checkerboard of the grid (indices summing to an even number):
+    every dtype on half of the cases and every case in half of the dtypes; the slow tier
+    runs the other half, so CI still runs every cell."""
+    return () if sum(indices) % 2 == 0 else pytest.mark.slow
+
+
 def _ce_cases():
-    """Every (dtype, case); K = 50,000 (most of its time the mpmath oracle, 3-5 s a dtype)
-    runs by default in float32 only, in the other dtypes with -m slow."""
+    """Every (dtype, case) on the checkerboard (`_tier`); K = 50,000 (most of its time the
+    mpmath oracle, 3-5 s a dtype) runs in the fast tier in float32 only."""
     return [
         pytest.param(
             dtype,
             *case,
-            marks=pytest.mark.slow if case[0] > 10_000 and dtype != np.float32 else (),
+            marks=(pytest.mark.slow if dtype != np.float32 else ())
+            if case[0] > 10_000
+            else _tier(c, d),
             id=f"{case[0]}-{case[1]}-{case[2]}-{np.dtype(dtype).name}",
         )
-        for case in CASES
-        for dtype in DTYPES
+        for c, case in enumerate(CASES)
+        for d, dtype in enumerate(DTYPES)
     ]
 
 
@@ -105,8 +114,16 @@ def test_cross_entropy_random_rows(dtype, k, scale, margin):
     )
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(("k", "scale", "margin"), CASES[:-1])
+@pytest.mark.parametrize(
+    ("k", "scale", "margin", "dtype"),
+    [
+        pytest.param(
+            *case, dtype, marks=_tier(c, d), id="-".join(map(str, (*case, np.dtype(dtype).name)))
+        )
+        for c, case in enumerate(CASES[:-1])
+        for d, dtype in enumerate(DTYPES)
+    ],
+)
 def test_log_softmax_and_softmax_random_rows(dtype, k, scale, margin):
     rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000, 1])
     z, _ = _planted(rng, k, scale, margin, dtype)
@@ -177,19 +194,20 @@ def _soft_target_case(fn, dtype, k, scale, margin, distance):
 
 
 def _soft_cases():
-    """Every (dtype, case, distance). In bf16 a teacher 1e-6 from the student rounds to the
-    student itself, and both equal distance 0's pair in every case: -m slow only."""
+    """Every (dtype, case, distance) on the checkerboard (`_tier`). In bf16 a teacher 1e-6
+    from the student rounds to the student itself, and both equal distance 0's pair in every
+    case: -m slow only."""
     return [
         pytest.param(
             dtype,
             *case,
             distance,
-            marks=pytest.mark.slow if distance == 1e-6 and dtype == BF16 else (),
+            marks=pytest.mark.slow if distance == 1e-6 and dtype == BF16 else _tier(i, c, d),
             id=f"{distance}-{case[0]}-{case[1]}-{case[2]}-{np.dtype(dtype).name}",
         )
-        for distance in (0.0, 1e-6, 1e-2, 1.0)
-        for case in CASES[:-1]
-        for dtype in DTYPES
+        for i, distance in enumerate((0.0, 1e-6, 1e-2, 1.0))
+        for c, case in enumerate(CASES[:-1])
+        for d, dtype in enumerate(DTYPES)
     ]
 
 

@@ -429,11 +429,14 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.first
 def test_four_and_eight_devices():
     """4, 8 and 2 x 4 (data x vocabulary) host devices in one child process, every dtype
     with every option together (each option alone runs on 2 devices above): 24 compiled
-    cases, about 35 s on this project's 2-core CPU cold, 5 s from the compilation cache."""
+    cases, about 35 s on this project's 2-core CPU cold, 5 s from the compilation cache.
+    Slow tier: the fast tier runs the same code on 2 devices (`test_two_devices`, every
+    option, and `test_batch_and_vocab_together`, both axes at once)."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
