@@ -33,6 +33,7 @@ from numerics._divergence import js_divergence as js_divergence
 from numerics._divergence import kl_divergence as kl_divergence
 from numerics._divergence import reverse_kl_divergence as reverse_kl_divergence
 from numerics._linear import linear_cross_entropy as linear_cross_entropy
+from numerics._linear import operand_dtype as linear_operand_dtype
 from numerics._logsumexp import logsumexp as logsumexp
 from numerics._per_token import entropy as entropy
 from numerics._per_token import log_prob as log_prob
@@ -57,6 +58,7 @@ __all__ = [
     "js_divergence",
     "kl_divergence",
     "linear_cross_entropy",
+    "linear_operand_dtype",
     "log_prob",
     "log_softmax",
     "logit_margin",

@@ -457,3 +457,44 @@ def test_bias_errors():
         numerics.linear_cross_entropy(h, w, t, bias=jnp.ones(5, jnp.bfloat16))
     with pytest.raises(TypeError, match="bias"):
         numerics.linear_cross_entropy(h, w, t, bias=jnp.ones(5, jnp.int32))
+
+
+def _accumulate(products: np.ndarray, dtype) -> float:
+    """A left-to-right sum of `products` rounded to `dtype` after every operation."""
+    cast = np.dtype(dtype).type
+    total = cast(0)
+    for p in products:
+        total = cast(total + cast(p))
+    return float(total)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=lambda d: np.dtype(d).name)
+def test_the_native_dot_probe_tells_float32_accumulation_from_16_bit(dtype):
+    """The probe's inputs fail a dot that rounds products or sums to 16 bits and pass one
+    that accumulates exact products in float32, so the native path is taken only where the
+    backend accumulates in float32; the answer is one per process (cached), and
+    `linear_operand_dtype` reports it."""
+    from numerics import _linear
+
+    for a, b, exact in _linear._probe_inputs(dtype):
+        products = (a[0].astype(np.float64) * b[:, 0].astype(np.float64)).astype(np.float64)
+        assert _accumulate(products, np.float32) == np.float32(exact)
+        assert _accumulate(products, dtype) != exact
+    native = numerics.linear_operand_dtype(dtype)
+    assert native in (np.dtype(dtype), np.dtype(np.float32))
+    assert numerics.linear_operand_dtype(dtype) == native  # cached: the same answer
+    assert numerics.linear_operand_dtype(F32) == F32
+    assert numerics.linear_operand_dtype(np.float64) == np.float64
+
+
+def test_the_conversion_fallback_keeps_the_precision_contract(monkeypatch):
+    """Where the probe fails, 16-bit operands are converted to float32 first: the same
+    float32 accumulation (the 257-ones case of the test above)."""
+    from numerics import _linear
+
+    monkeypatch.setattr(_linear, "_native_16bit", lambda backend, name: False)
+    assert numerics.linear_operand_dtype(BF16) == F32
+    hidden = jnp.ones((1, 257), BF16)
+    weight = jnp.ones((257, 2), BF16).at[0, 1].set(0)
+    got = jax.jit(lambda h, w: numerics.linear_cross_entropy(h, w, jnp.array([1])))(hidden, weight)
+    np.testing.assert_allclose(float(got[0]), np.log1p(np.e), rtol=1e-2)  # bf16 output
