@@ -194,6 +194,11 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
     )
     w_sum = tuple(sorted(axes - _varying(weight)))  # d weight summed over these
     w_dtype = ctype if w_sum else weight.dtype
+    # d weight's left operand, hidden^T, transposed once into an array of its own (the barrier
+    # keeps XLA from folding the transpose into each chunk's dot): that layout ran the
+    # backward's bf16 dots 0.62x the time of the folded transpose on this project's AMD EPYC
+    # (N 4,096, D 512, V 32k, C 4,096; float32 0.92x, within the noise), for one (D, N) copy.
+    hidden_t = jax.lax.optimization_barrier(hidden.T)
 
     def one(w_chunk, start, size):
         z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
@@ -202,7 +207,7 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
         # the products and the bias's column sums accumulate in the compute dtype.
         g = (g * scale).astype(hidden.dtype)
         db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
-        return _dot(g, w_chunk.T), _dot(hidden.T, g).astype(w_dtype), db
+        return _dot(g, w_chunk.T), _dot(hidden_t, g).astype(w_dtype), db
 
     def write(d_weight, d_bias, dw, db, start):
         # The weight gradient is written chunk by chunk in place: stacking the chunks
