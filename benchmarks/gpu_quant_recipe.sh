@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The quantization lab's larger recipe, for a GPU: the CPU recipe does not reach the issue's
-# targets (docs/quant.md, "Measured"), so this one moves toward the paper's own scale.
+# targets (docs/studies/quant-recipe.md), so this one moves toward the paper's own scale.
 #
 #   OUT=/some/dir BUDGET_S=3600 bash benchmarks/gpu_quant_recipe.sh [extra overrides...]
 #

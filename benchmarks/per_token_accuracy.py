@@ -5,7 +5,7 @@
 Inputs: logits [m, 0], label 0, for every finite m (bf16, fp16) or 4,001 margins from -40
 to past exponent underflow plus every ulp in a +-512 window around the cliff (fp32,
 fp64); rows where e^-|m| is below the dtype's smallest normal are left out (there the
-terms flush to 0: docs/numerics.md). Fixed functions and their standard twins (under
+terms flush to 0: docs/lm-losses.md). Fixed functions and their standard twins (under
 `jit`), values and gradients (the worst over both entries). tests/numerics/test_per_token.py
 asserts the error model's bounds on the same kind of inputs; this prints the maxima.
 """

@@ -235,7 +235,8 @@ def build(
         written["reproduction"] = [path]
         log(f"[{ctx.scale}] {path.name}: {report_lib.format_counts(counts)}", file=sys.stderr)
     times["total"] = whole.read()
-    # Where the build's time went, per figure: docs/benchmarks.md's table reads it.
+    # Where the build's time went, per figure: the tables of
+    # docs/studies/build-and-suite-timing.md read it.
     atomic_write_json(ctx.out / TIMES_FILE, times)
     log(f"[{ctx.scale}] {CompileMeter.format(times['total'])}", file=sys.stderr)
     log(f"[{ctx.scale}] done in {time.perf_counter() - start:.1f} s -> {ctx.out}", file=sys.stderr)

@@ -653,7 +653,7 @@ def readme_headline(b: Bundle) -> str:
     out.append(
         "- **Table 1 at full scale** (81 runs x 10,000 steps, about 40 minutes on an idle "
         "2-core CPU) is not in the bundle; the table measured at `CONFIG_VERSION` 4 is in "
-        "[recipes.md](docs/recipes.md#table1-and-fig-5)."
+        "[studies/table1-full-scale.md](docs/studies/table1-full-scale.md)."
     )
     return "\n".join(
         [

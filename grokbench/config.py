@@ -480,10 +480,11 @@ def xla_options(cfg: RunConfig) -> dict[str, str]:
     XLA CPU's default fuses each dot with the elementwise ops and reductions around it into
     one YNNPACK fusion. Keeping YNNPACK for the dots alone (`individual_dot`) runs Nanda et
     al.'s width-128 model ~1.3x faster end to end, but slows a vmapped batch of the width-64
-    model (docs/benchmarks.md). So transformers of width >= `YNN_DOT_MIN_WIDTH` take it and
-    every other model keeps XLA's default. The option moves a run's last bits: when set it
-    is part of the run's hash (`config_hash`), so runs stored before it are not reused.
-    The engine passes them to XLA on the CPU backend only (`engine.compiler_options`).
+    model (docs/studies/training-step-speed.md). So transformers of width >=
+    `YNN_DOT_MIN_WIDTH` take it and every other model keeps XLA's default. The option moves
+    a run's last bits: when set it is part of the run's hash (`config_hash`), so runs stored
+    before it are not reused. The engine passes them to XLA on the CPU backend only
+    (`engine.compiler_options`).
     """
     if cfg.model == "transformer" and cfg.d_model >= YNN_DOT_MIN_WIDTH:
         return {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}

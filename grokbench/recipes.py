@@ -94,7 +94,7 @@ _DOSHI = RunConfig(  # the 2-layer MLP benchmarks mod 97
     # AdamW): one-hot a (+) b, no biases, width 500, x^2 activation, both matrices
     # N(0, (0.5 / (2 width)^(1/3))^2), lr 1e-2, betas 0.9/0.98. The loss stays CE (the fix
     # paper's subject; Doshi et al. train MSE). The fig2-bottom setup table
-    # (docs/recipes.md, `grokbench run fig2-bottom-setup`) shows each alternative.
+    # (docs/studies/fig2-bottom-setup.md, `grokbench run fig2-bottom-setup`) shows each alternative.
     activation="quadratic",
     mlp_init="doshi",
     lr=1e-2,  # the code's; Doshi et al.'s 2024 text says 5e-3 (with MSE and wd 5)

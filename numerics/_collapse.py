@@ -172,7 +172,7 @@ def collapse_stats(
     the standard loss over the logits (none with `grads`); for a loop that already
     has per-row values, `collapse_stats_from_rows` takes them directly. jit-safe.
 
-    A hook for an optax training step (docs/numerics.md has the whole loop):
+    A hook for an optax training step (docs/collapse-monitor.md has the whole loop):
 
         def loss_fn(params, x, y):
             logits = model.apply(params, x)

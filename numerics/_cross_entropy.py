@@ -26,7 +26,7 @@ def _normalizers(logits: jax.Array, labels: jax.Array, mask: jax.Array | None):
     All six are in the compute dtype (`_compute_dtype`); e0 is None for bf16 and fp16.
 
     Two layouts, by dtype, chosen from measurements (benchmarks/bench_cross_entropy.py,
-    docs/benchmarks.md):
+    docs/studies/cross-entropy-speed.md):
 
     - float32 and float64 logits (the compute dtype itself): e0 = e^(z - z_max) with
       the target's entry set to 0 (a scatter of one entry per row, in place) is one
@@ -255,7 +255,7 @@ def cross_entropy(
     axis has no valid label. Differences from optax: docs/compat.md.
 
     Options, as the trainers use them (the same semantics as `linear_cross_entropy`;
-    formulas and where each moves the precision cliff: docs/numerics.md). With z the
+    formulas and where each moves the precision cliff: docs/lm-losses.md). With z the
     logits after the cap, lse = logsumexp(z) and n the number of kept classes,
 
         L = (1 - alpha) CE(z, t) + alpha (1/n) sum_j (lse - z_j) + w lse^2,
@@ -290,7 +290,7 @@ def cross_entropy(
         split over: `logits` (and an entry mask `where`) are this device's contiguous
         shard (..., K / P), device i holding classes [i K / P, (i + 1) K / P), and labels
         index all K. The class axis must be the last. The result is the unsharded call's
-        (docs/numerics.md, "The vocabulary over devices"); reverse mode only
+        (docs/lm-losses.md, "The vocabulary over devices"); reverse mode only
         (`jax.custom_vjp`), float8 logits refused. `numerics.sharded_cross_entropy` builds
         the `shard_map` from a mesh.
 

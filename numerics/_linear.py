@@ -438,7 +438,7 @@ def linear_cross_entropy(
       vocab_axis: inside `jax.shard_map`, the mesh axis (P devices) the vocabulary is
         split over: `weight` (and `bias`) are then this device's contiguous shard, (D, V / P)
         and (V / P,), device i holding columns [i V / P, (i + 1) V / P), and labels index
-        the whole vocabulary. The result is the unsharded call's (docs/numerics.md,
+        the whole vocabulary. The result is the unsharded call's (docs/lm-losses.md,
         "The vocabulary over devices"); `numerics.sharded_linear_cross_entropy` builds
         the `shard_map` from a mesh.
       batch_axis: with `vocab_axis`, the mesh axis the rows are split over (data

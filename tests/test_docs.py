@@ -18,9 +18,14 @@ from grokbench.config import RunConfig, parse_value
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *DOCS]
+STUDIES = sorted((ROOT / "docs" / "studies").glob("*.md"))
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *DOCS, *STUDIES]
 # The Python blocks that are complete programs (others show a line of a larger session).
-RUNNABLE = [ROOT / "README.md", ROOT / "docs" / "numerics.md"]
+RUNNABLE = [
+    ROOT / "README.md",
+    *(ROOT / "docs" / f"{name}.md" for name in ("numerics", "lm-losses", "divergences")),
+    ROOT / "docs" / "collapse-monitor.md",
+]
 SOURCE_DIRS = ("numerics", "tasks", "grokbench", "figures", "tests", "benchmarks", "docs", ".ci")
 
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -51,6 +56,53 @@ def test_relative_links_resolve(page):
         assert ROOT in target.parents, f"{page.name}: {link} points outside the repository"
         if anchor and target.suffix == ".md":
             assert anchor in _anchors(target), f"{page.name}: no heading for #{anchor}"
+
+
+# --- reference pages and studies (issue 45, item 4) -----------------------------------------
+
+REFERENCE_MAX_LINES = 300
+"""The longest a reference page may be: it says what a command or module does, its options,
+one measured figure with its command, and links; the experiments are studies."""
+
+STUDY_SECTIONS = ("Question", "Settings", "Commands", "Results", "Conclusion")
+"""The `## ` headings every study has, in this order."""
+
+PREREGISTERED = {"matmul-precision.md": ("The question",)}
+"""Studies written before their runs, with the sections they must already have: the
+matmul-precision study is a pre-registration whose results are pending (another author
+fills them in), so it keeps its own headings and is checked only for its question."""
+
+
+def test_no_reference_page_is_over_300_lines():
+    """Every reference page, docs/*.md, is at most REFERENCE_MAX_LINES lines. Counted:
+    every .md directly in docs/, the generated gallery (audit-gallery.md, written by
+    benchmarks/audit_gallery.py) included; not counted: docs/studies/ (the experiments,
+    as long as their results need) and docs/data/ (the results bundle, no Markdown)."""
+    lines = {p.name: len(p.read_text().splitlines()) for p in DOCS}
+    long = {name: n for name, n in lines.items() if n > REFERENCE_MAX_LINES}
+    assert not long, f"over {REFERENCE_MAX_LINES} lines (move experiments to docs/studies/): {long}"
+
+
+def _sections(page: pathlib.Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return re.findall(r"^## (.+?)\s*$", text, flags=re.M)
+
+
+def test_every_study_has_its_sections():
+    """Every docs/studies/*.md page but the index (README.md) has the headings
+    `## Question`, `## Settings`, `## Commands`, `## Results` and `## Conclusion`, in that
+    order (subsections of Results are `###`); a pre-registered study (PREREGISTERED) has
+    the sections listed for it, and is listed in the index like every other study."""
+    assert STUDIES, "no docs/studies/"
+    index = (ROOT / "docs" / "studies" / "README.md").read_text()
+    for page in STUDIES:
+        if page.name == "README.md":
+            continue
+        assert f"]({page.name})" in index, f"docs/studies/README.md does not list {page.name}"
+        headings = _sections(page)
+        wanted = PREREGISTERED.get(page.name, STUDY_SECTIONS)
+        found = [h for h in headings if h in wanted]
+        assert found == list(wanted), f"{page.name}: sections {headings}, want {list(wanted)}"
 
 
 def _source_files():

@@ -107,7 +107,8 @@ class QuantConfig:
       after the three triggers, so it is idle on ~88% of positions from the first steps, which
       CPython's docs never made a head be in the first CPU probe. `corpus=uniform_backcopy`
       (the same copy over uniform letters) shows the paper's direction in the decoder, but it
-      was tried after these results, so it is an alternative, not the default (docs/quant.md).
+      was tried after these results, so it is an alternative, not the default
+      (docs/studies/quant-uniform-backcopy.md).
     - Model: 2 layers (Guo et al. get sinks with 1-3), width 64, 4 heads, T 64: the smallest
       stack where one layer's FFN feeds the next layer's heads, at minutes per run on 2 cores.
     - Optimiser: the paper's AdamW recipes (BERT: b2 0.999, wd 0.01; OPT: b2 0.95, wd 0.1 with

@@ -1087,7 +1087,8 @@ def test_cliff_row_evaluates_both_sides_of_the_cliff():
 
 def test_slowdown_rows_read_both_modes():
     bench = _bench(1.0)
-    bench["float32"]["fixed soft CE (grad)"] = 1.205  # docs/benchmarks.md's gradient-only ratio
+    # docs/studies/cross-entropy-speed.md's gradient-only ratio:
+    bench["float32"]["fixed soft CE (grad)"] = 1.205
     rows = {r.claim: r.status for r in fig1._slowdown_rows(bench)}
     soft = "fixed soft CE runs without meaningful slowdown against standard soft CE"
     assert rows[f"{soft} (float32, grad)"] == FAILS

@@ -7,7 +7,7 @@ e^0 = 1 each; tail: the terms below M), L = log|T| and lse = M + L, in the compu
 a relative error of r u costs at most r ulps (ulp(x) > u |x|):
 
 - a tail term b_k e^(a_k - M): XLA's exp within 1.5 ulps (measured 0.97 in float32 and 1.45
-  in float64, docs/numerics.md), 3u; the product by b, u; and |a_k - M| u where the
+  in float64, docs/studies/softmax-accuracy.md), 3u; the product by b, u; and |a_k - M| u where the
   difference a_k - M is not exact in the compute dtype (checked per entry here);
 - the tail's sum: log2 K roundings of the sum of the terms' magnitudes (the lab's count for
   XLA's reductions, `numerics.testing.general_bound`);

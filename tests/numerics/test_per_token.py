@@ -1,12 +1,13 @@
 """The per-token log-probability and entropy against mpmath, in bf16, fp16, fp32 and fp64.
 
-Every bound below is computed per element from an error model written here, never tuned.
-u is the unit roundoff of the compute dtype (float32 for bf16 and fp16, the dtype itself
-for fp32 and fp64); a relative error of r u is at most r ulps of the dtype (ulp(x) > u |x|),
-and 16-bit results add half an ulp for their one final rounding. Constants, as the lab
-measured and states them (docs/numerics.md, tests/numerics/test_logsumexp.py): XLA's exp
-within 1.5 ulps (EXP_U = 3 u relative), `log1p_of_sum` = log(hi) + lo / hi within 1.5 ulps
-(LOG_U = 3 u). XLA's CPU kernels flush results below the smallest normal number `tiny` to 0.
+Every bound below is computed per element from an error model written here, never tuned. u
+is the unit roundoff of the compute dtype (float32 for bf16 and fp16, the dtype itself for
+fp32 and fp64); a relative error of r u is at most r ulps of the dtype (ulp(x) > u |x|), and
+16-bit results add half an ulp for their one final rounding. Constants, as the lab measured
+and states them (docs/studies/softmax-accuracy.md, tests/numerics/test_logsumexp.py): XLA's
+exp within 1.5 ulps (EXP_U = 3 u relative), `log1p_of_sum` = log(hi) + lo / hi within 1.5
+ulps (LOG_U = 3 u). XLA's CPU kernels flush results below the smallest normal number `tiny`
+to 0.
 
 **log_prob** is the fixed cross-entropy's loss and gradient negated (exactly), so it
 inherits their model, `numerics.testing.general_bound`: the table (`ULPS['value']` 2 ulps:
