@@ -11,11 +11,11 @@ import difflib
 import inspect
 import math
 import re
-import types
 import typing
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grokbench import overrides
 from grokbench.errors import ConfigError as ConfigError
 from grokbench.precision import get_precision
 from grokbench.versions import CONFIG_VERSION, DISTILL_VERSION, stable_hash
@@ -52,10 +52,10 @@ __all__ = [
     "group_key",
     "group_runs",
     "identity",
+    "override_readers",
     "parse_overrides",
     "parse_value",
     "require",
-    "split_override",
     "xla_options",
 ]
 
@@ -323,18 +323,11 @@ def field_types(cls: type | None = None) -> dict[str, Any]:
 
 
 def _type_name(tp: Any) -> str:
-    return " | ".join(t.__name__ for t in _members(tp))
-
-
-def _members(tp: Any) -> tuple[type, ...]:
-    """The plain types of an annotation: `int | None` -> (int, NoneType)."""
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        return typing.get_args(tp)
-    return (tp,)
+    return " | ".join(t.__name__ for t in overrides.members(tp))
 
 
 def _is_instance(value: Any, tp: Any) -> bool:
-    for member in _members(tp):
+    for member in overrides.members(tp):
         if member is float and isinstance(value, int | float) and not isinstance(value, bool):
             return True
         if member is int and isinstance(value, bool):
@@ -353,7 +346,7 @@ def check_field_types(cfg: Any) -> None:
             _is_instance(value, tp),
             f"{name} must be {_type_name(tp)}, got {type(value).__name__} {value!r}",
         )
-        if float in _members(tp) and isinstance(value, int | float):
+        if float in overrides.members(tp) and isinstance(value, int | float):
             require(math.isfinite(value), f"{name} must be finite, got {value}")
             # Store floats as floats: 1 and 1.0 must hash to the same run.
             object.__setattr__(cfg, name, float(value))
@@ -367,50 +360,19 @@ def parse_value(key: str, text: str, types_: Mapping[str, Any] | None = None) ->
     types_ = field_types() if types_ is None else types_
     if key not in types_:
         raise ConfigError(f"unknown key {key!r}")
-    errors = []
-    for member in _members(types_[key]):
-        try:
-            return _parse_as(member, text)
-        except ValueError:
-            errors.append(member.__name__)
-    raise ConfigError(f"{key}={text!r}: expected {' or '.join(errors)}")
+    return overrides.read_value(key, text, types_[key])
 
 
-_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-
-
-def _parse_as(tp: type, text: str) -> Any:
-    if tp is type(None):
-        if text.lower() in ("none", "null"):
-            return None
-        raise ValueError(text)
-    if tp is bool:
-        if text.lower() in _BOOLS:
-            return _BOOLS[text.lower()]
-        raise ValueError(text)
-    if tp is int:
-        return int(text)  # "1e4" and "1.5" are errors, not silently truncated
-    if tp is float:
-        value = float(text)
-        if not math.isfinite(value):
-            raise ValueError(text)
-        return value
-    if tp is str:
-        if not text:
-            raise ValueError(text)
-        return text
-    raise TypeError(f"unsupported field type {tp}")
-
-
-def split_override(token: str, seen: Container[str]) -> tuple[str, str]:
-    """`key=value` -> (key, value text); ConfigError for no `=`, no key, or a key in `seen`."""
-    key, sep, text = token.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"expected key=value, got {token!r}")
-    if key in seen:
-        raise ConfigError(f"key {key!r} given twice")
-    return key, text
+def override_readers(
+    cls: type | None = None, extra: Sequence[str] = ("seeds",)
+) -> dict[str, overrides.Reader]:
+    """The `grokbench.overrides` reader of each key of the config dataclass `cls` (RunConfig's
+    by default: every field by its type, a comma list sweeping it, except the fields
+    `cls.WHOLE_VALUES` names, which take their text whole) and of each of `extra` (counts:
+    positive ints, one value each)."""
+    whole = getattr(cls, "WHOLE_VALUES", ())
+    fields = {k: overrides.typed(tp, whole=k in whole) for k, tp in field_types(cls).items()}
+    return {**fields, **dict.fromkeys(extra, overrides.count)}
 
 
 def parse_overrides(
@@ -418,36 +380,22 @@ def parse_overrides(
     extra: Sequence[str] = ("seeds",),
     cls: type | None = None,
     also: Sequence[str] = (),
+    *,
+    check_lists: bool = False,
 ) -> dict[str, tuple]:
     """`key=value` or `key=v1,v2,...` tokens -> {key: values}; a list makes a sweep axis.
 
     Keys are fields of the config dataclass `cls` (RunConfig's by default) or one of `extra`
-    (positive ints, one value each). A field `cls.WHOLE_VALUES` names takes its text whole (a
+    (positive ints, one value each), read by `override_readers` through the one parser,
+    `grokbench.overrides.parse`. A field `cls.WHOLE_VALUES` names takes its text whole (a
     comma is part of its value: `bits=W8A8,W6A6`). Values are type-checked here; ranges and
     choices are checked by the config class. `also`: keys the caller reads itself, named
-    in the unknown-key message.
+    in the unknown-key message. `check_lists`: refuse `key=` and a list with an empty value
+    first (`run` and `sweep`, through `grokbench.sweep.expand_grid`).
     """
-    types_ = field_types(cls)
-    whole = getattr(cls, "WHOLE_VALUES", ())
-    out: dict[str, tuple] = {}
-    for token in tokens:
-        key, text = split_override(token, out)
-        if key in extra:
-            try:
-                value = int(text)
-            except ValueError:
-                raise ConfigError(f"{key}={text!r}: expected a positive int") from None
-            if value < 1:
-                raise ConfigError(f"{key} must be >= 1, got {value}")
-            out[key] = (value,)
-            continue
-        if key not in types_:
-            known = ", ".join([*also, *types_, *extra])
-            raise ConfigError(f"unknown key {key!r}; known keys: {known}")
-        # Precision names like 'fp32/bf16' contain no comma, so a comma always separates values.
-        parts = [text] if key in whole else text.split(",")
-        out[key] = tuple(dict.fromkeys(parse_value(key, part.strip(), types_) for part in parts))
-    return out
+    known = [*also, *field_types(cls), *extra]
+    readers = override_readers(cls, extra)
+    return overrides.parse(tokens, readers, known=known, check_lists=check_lists)
 
 
 def from_stored(stored: Mapping[str, Any]) -> RunConfig:

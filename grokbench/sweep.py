@@ -85,14 +85,10 @@ def lock(out_dir: pathlib.Path | str) -> Iterator[None]:
 
 
 def expand_grid(recipe: str, tokens: Sequence[str], quick: bool = False) -> list[RunConfig]:
-    """The runs of RECIPE with `key=v1,v2` tokens (the cartesian product); ConfigError if bad."""
-    for token in tokens:
-        key, sep, text = token.partition("=")
-        if sep and key.strip() and not text.strip():
-            raise ConfigError(f"{key.strip()}= lists no values")
-        if sep and key.strip() and any(not part.strip() for part in text.split(",")):
-            raise ConfigError(f"{token!r}: an empty value in the list")
-    configs = recipes.expand(recipes.get_recipe(recipe), parse_overrides(tokens), quick=quick)
+    """The runs of RECIPE with `key=v1,v2` tokens (the cartesian product); ConfigError if bad
+    (`key=` and a list with an empty value too: `parse_overrides`' `check_lists`)."""
+    requested = parse_overrides(tokens, check_lists=True)
+    configs = recipes.expand(recipes.get_recipe(recipe), requested, quick=quick)
     if not configs:
         raise ConfigError(f"the grid of {recipe} is empty")
     return configs

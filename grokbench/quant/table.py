@@ -18,7 +18,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grokbench.config import ConfigError, parse_overrides, require, split_override
+from grokbench.config import ConfigError, field_types, override_readers, require
+from grokbench.overrides import choices, parse, refused
 from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig, parse_bit_list
 from grokbench.quant.evaluate import evaluate, tap_costs
 from grokbench.quant.recipes import ABLATIONS, QUANT
@@ -55,27 +56,18 @@ _LISTS = {"variants": tuple(VARIANTS), "families": ("encoder", "decoder")}
 
 
 def parse_quant_overrides(tokens: Sequence[str]) -> dict[str, Any]:
-    """`key=value` tokens -> overrides, as `grokbench.config.parse_overrides` reads them for
-    `QuantConfig` (a comma list sweeps a field, except `bits`, `corpus` and the other
-    `QuantConfig.WHOLE_VALUES`), plus `variants` and `families` (comma lists of the variants
-    and families to run). A single value is returned as itself, a sweep as a tuple."""
-    lists: dict[str, tuple[str, ...]] = {}
-    rest = []
-    for token in tokens:
-        key, text = split_override(token, lists)
-        if key in ("variant", "family"):
-            raise ConfigError(f"use {key}s=... to choose {key}s")
-        if key not in _LISTS:
-            rest.append(token)
-            continue
-        values = tuple(v.strip() for v in text.split(",") if v.strip())
-        if not values or any(v not in _LISTS[key] for v in values):
-            known = ", ".join(_LISTS[key])
-            raise ConfigError(f"{key} must be a comma list of {known}; got {text!r}")
-        lists[key] = values
-    parsed = parse_overrides(rest, extra=(), cls=QuantConfig, also=tuple(_LISTS))
-    fields = {k: v if len(v) > 1 else v[0] for k, v in parsed.items()}
-    return {**lists, **fields}
+    """`key=value` tokens -> overrides, through the one parser (`grokbench.overrides.parse`):
+    `QuantConfig` fields as `grokbench.config.parse_overrides` reads them (a comma list sweeps
+    a field, except `bits`, `corpus` and the other `QuantConfig.WHOLE_VALUES`), plus
+    `variants` and `families` (comma lists of the variants and families to run, read in a
+    first pass). A single value is returned as itself, a sweep as a tuple."""
+    lists = {k: choices(v) for k, v in _LISTS.items()}
+    singular = {k: refused(f"use {k}s=... to choose {k}s") for k in ("variant", "family")}
+    fields = override_readers(QuantConfig, extra=())
+    known = [*_LISTS, *field_types(QuantConfig)]
+    readers = {**fields, **lists, **singular}
+    parsed = parse(tokens, readers, known=known, first=[*lists, *singular])
+    return {k: v if k in lists or len(v) > 1 else v[0] for k, v in parsed.items()}
 
 
 def quant_configs(

@@ -9,6 +9,8 @@ from tests._docs import documented_constants
 
 NAMES = (
     "audit",
+    "cli.app",
+    "cli.commands",
     "config",
     "console",
     "distill",
@@ -18,6 +20,7 @@ NAMES = (
     "experiment",
     "metrics",
     "optimizers",
+    "overrides",
     "precision",
     "quant.config",
     "quant.evaluate",

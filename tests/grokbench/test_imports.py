@@ -1,4 +1,5 @@
-"""The package layering: no import cycles, no private names taken from another module."""
+"""The package layering: no import cycles, no private names taken from another module, and
+only the face (`grokbench.cli`, the `grokbench` command) imports `figures`."""
 
 import ast
 import pathlib
@@ -7,6 +8,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("numerics", "tasks", "grokbench")
+FACE = "grokbench.cli"
+"""The top layer: the only package that may import both the harness and `figures`."""
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -78,6 +81,35 @@ def test_no_import_cycles():
 
     cycles = [c for c in (cycle_from(m) for m in graph) if c]
     assert not cycles, cycles[0]
+
+
+def _figures_imports(modules: dict[str, ast.Module]) -> list[str]:
+    """'MODULE: import figures...' for each import of `figures` outside the face."""
+    return [
+        f"{name}: import {module}" + (f" ({imported})" if imported else "")
+        for name, tree in modules.items()
+        if name != FACE and not name.startswith(FACE + ".")
+        for module, imported in _imports(tree)
+        if module == "figures" or module.startswith("figures.")
+    ]
+
+
+def test_only_the_face_imports_figures():
+    modules = _modules()
+    assert FACE in modules and f"{FACE}.commands" in modules
+    assert not _figures_imports(modules), _figures_imports(modules)
+    # ... and the face does (the check above would pass vacuously if it saw no imports).
+    face = {k: v for k, v in modules.items() if k.startswith(FACE)}
+    assert any(m.startswith("figures") for tree in face.values() for m, _ in _imports(tree))
+
+
+def test_a_harness_module_importing_figures_is_caught():
+    harness = ast.parse("def f():\n    from figures import build\n    import figures.quant\n")
+    found = _figures_imports({"grokbench.sweep": harness})
+    assert found == [
+        "grokbench.sweep: import figures (build)",
+        "grokbench.sweep: import figures.quant",
+    ]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

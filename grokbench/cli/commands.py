@@ -1,7 +1,8 @@
 """What each `grokbench` command does: one function per command, calling the module that owns
 the work. A function's docstring is the command's help: its first line the one-line help,
-the rest the description `grokbench COMMAND --help` prints. `grokbench.cli` parses the
+the rest the description `grokbench COMMAND --help` prints. `grokbench.cli.app` parses the
 arguments and calls these; every input error is a `ConfigError` (one line, exit status 2).
+This module is the face's (`grokbench.cli`): the only one that imports `figures`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-# Nothing here imports jax at import time: `grokbench.cli` splits the CPU into devices first.
+# Nothing here imports jax at import time: `grokbench.cli.app` splits the CPU into devices
+# first.
 
 __all__ = [
     "audit",

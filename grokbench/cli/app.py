@@ -2,6 +2,9 @@
 
 Every command trains through one cached store of runs: a run trained once is loaded, not
 retrained, and an interrupted command resumes where it stopped when run again.
+
+This module parses the arguments and dispatches to `grokbench.cli.commands`; `main` is the
+`grokbench` console script (`grokbench.cli:main`, re-exported by the package).
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grokbench import commands, runtime
+from grokbench import runtime
+from grokbench.cli import commands
+
+__all__ = ["COMMANDS", "Command", "arg", "build_parser", "main"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +298,3 @@ def _dispatch(command: Command, args: argparse.Namespace) -> int:
 def _fail(prog: str, message: str, status: int) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())
