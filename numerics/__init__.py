@@ -34,6 +34,11 @@ from numerics._divergence import kl_divergence as kl_divergence
 from numerics._divergence import reverse_kl_divergence as reverse_kl_divergence
 from numerics._linear import linear_cross_entropy as linear_cross_entropy
 from numerics._linear import operand_dtype as linear_operand_dtype
+from numerics._linear_divergence import linear_js_divergence as linear_js_divergence
+from numerics._linear_divergence import linear_kl_divergence as linear_kl_divergence
+from numerics._linear_divergence import (
+    linear_topk_kl_divergence as linear_topk_kl_divergence,
+)
 from numerics._logsumexp import logsumexp as logsumexp
 from numerics._per_token import entropy as entropy
 from numerics._per_token import log_prob as log_prob
@@ -58,7 +63,10 @@ __all__ = [
     "js_divergence",
     "kl_divergence",
     "linear_cross_entropy",
+    "linear_js_divergence",
+    "linear_kl_divergence",
     "linear_operand_dtype",
+    "linear_topk_kl_divergence",
     "log_prob",
     "log_softmax",
     "logit_margin",

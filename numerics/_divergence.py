@@ -39,7 +39,7 @@ is below half an ulp of phi(t) / t^2 >= phi(-1) = e^-1 (float32: 1/13! = 1.6e-10
 _LARGE = 30.0  # beyond it e^t dwarfs 1 + t: w phi(t) = x - w (1 + t), with no cancellation
 
 
-def _phi_weighted(w: jax.Array, t: jax.Array, x: jax.Array) -> jax.Array:
+def phi_weighted(w: jax.Array, t: jax.Array, x: jax.Array) -> jax.Array:
     """w (e^t - 1 - t) >= 0, given x = w e^t, accurate for every t (and w = 0, t = inf).
 
     |t| <= 1: w t^2 P(t) from phi's Taylor series (expm1(t) - t would cancel);
@@ -60,7 +60,7 @@ def _phi_weighted(w: jax.Array, t: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.where(small, series, jnp.where(t > _LARGE, large, middle))
 
 
-def _psi(s: jax.Array) -> jax.Array:
+def psi(s: jax.Array) -> jax.Array:
     """psi(s) = log((1 + e^s) / 2), from log1p(expm1(s) / 2) (accurate at 0; -log 2 at
     -inf), and s - log 2 + log1p(e^-s) past 30, where expm1 would overflow."""
     big = s > _LARGE
@@ -89,33 +89,33 @@ def _pieces(student: jax.Array, teacher: jax.Array):
     return e_b / t_sum, e_a / s_sum, d - ratio
 
 
-def _zero_where_no_mass(weight: jax.Array, value: jax.Array) -> jax.Array:
+def zero_where_no_mass(weight: jax.Array, value: jax.Array) -> jax.Array:
     return jnp.where(weight > 0, weight * value, jnp.zeros((), value.dtype))
 
 
 def _kl(p, q, s):
     """KL(p || q) per row, and its gradients (student, teacher)."""
-    value = jnp.sum(_phi_weighted(p, s, q), axis=-1)
+    value = jnp.sum(phi_weighted(p, s, q), axis=-1)
     # d/dz_S = q - p, from s without subtracting rounded probabilities; d/dz_T =
     # p (log(p / q) - KL).
-    return value, signed_gap(q, p, s), _zero_where_no_mass(p, -s - value[..., None])
+    return value, signed_gap(q, p, s), zero_where_no_mass(p, -s - value[..., None])
 
 
 def _reverse_kl(p, q, s):
     """KL(q || p) per row, and its gradients (student, teacher)."""
-    value = jnp.sum(_phi_weighted(q, -s, p), axis=-1)
-    return value, _zero_where_no_mass(q, s - value[..., None]), -signed_gap(q, p, s)
+    value = jnp.sum(phi_weighted(q, -s, p), axis=-1)
+    return value, zero_where_no_mass(q, s - value[..., None]), -signed_gap(q, p, s)
 
 
 def _js(p, q, s):
     """JS(p, q) per row, and its gradients (student, teacher)."""
     m = (p + q) / 2
-    psi_p, psi_q = _psi(s), _psi(-s)  # log(m / p), log(m / q)
-    kl_pm = jnp.sum(_phi_weighted(p, psi_p, m), axis=-1)
-    kl_qm = jnp.sum(_phi_weighted(q, psi_q, m), axis=-1)
+    psi_p, psi_q = psi(s), psi(-s)  # log(m / p), log(m / q)
+    kl_pm = jnp.sum(phi_weighted(p, psi_p, m), axis=-1)
+    kl_qm = jnp.sum(phi_weighted(q, psi_q, m), axis=-1)
     # d JS / d q_k = log(q_k / m_k) / 2, through the softmax: q (log(q / m) - KL(q || m)) / 2.
-    g_student = _zero_where_no_mass(q, -psi_q - kl_qm[..., None]) / 2
-    g_teacher = _zero_where_no_mass(p, -psi_p - kl_pm[..., None]) / 2
+    g_student = zero_where_no_mass(q, -psi_q - kl_qm[..., None]) / 2
+    g_teacher = zero_where_no_mass(p, -psi_p - kl_pm[..., None]) / 2
     return (kl_pm + kl_qm) / 2, g_student, g_teacher
 
 

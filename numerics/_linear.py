@@ -86,7 +86,7 @@ def operand_dtype(dtype, backend: str | None = None) -> np.dtype:
     return dtype if _native_16bit(backend or jax.default_backend(), dtype.name) else ctype
 
 
-def _dot(a, b):
+def head_dot(a, b):
     """a @ b accumulated in the compute dtype, at HIGHEST precision.
 
     bf16 and fp16 products accumulate in float32 (`preferred_element_type`), and float32
@@ -104,8 +104,8 @@ def _dot(a, b):
 
 
 def _logits(hidden_NxD, weight_DxC, bias_C):
-    """One chunk's logits in the compute dtype (`_dot`), the bias (if any) added there."""
-    z = _dot(hidden_NxD, weight_DxC)
+    """One chunk's logits in the compute dtype (`head_dot`), the bias (if any) added there."""
+    z = head_dot(hidden_NxD, weight_DxC)
     return z if bias_C is None else z + bias_C.astype(z.dtype)[None, :]
 
 
@@ -114,7 +114,7 @@ def _bias_chunk(bias, start, size):
     return None if bias is None else jax.lax.dynamic_slice_in_dim(bias, start, size)
 
 
-def _chunks(num_classes: int, chunk: int) -> tuple[int, int]:
+def vocab_chunks(num_classes: int, chunk: int) -> tuple[int, int]:
     """(full chunks, columns left over): the scan takes the full ones, one static
     step the rest, so the weight is never padded (a copy of all of it)."""
     return num_classes // chunk, num_classes % chunk
@@ -122,7 +122,7 @@ def _chunks(num_classes: int, chunk: int) -> tuple[int, int]:
 
 def _stats(hidden, weight, bias, labels, opts: LossOptions, chunk: int) -> ChunkStats:
     """The combined per-row statistics, one chunk of logits alive at a time."""
-    full, rest = _chunks(weight.shape[1], chunk)
+    full, rest = vocab_chunks(weight.shape[1], chunk)
 
     def one(w_chunk, start, size):
         z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
@@ -183,7 +183,7 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
     """
     hidden, weight, bias, labels, terms = residuals
     ctype = compute_dtype(hidden.dtype)
-    full, rest = _chunks(weight.shape[1], chunk)
+    full, rest = vocab_chunks(weight.shape[1], chunk)
     kept_t = jnp.ones(labels.shape, bool)
     scale = cotangent.astype(ctype)[:, None]
     # The mesh axes the per-chunk gradients vary over (empty outside shard_map).
@@ -207,7 +207,7 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
         # the products and the bias's column sums accumulate in the compute dtype.
         g = (g * scale).astype(hidden.dtype)
         db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
-        return _dot(g, w_chunk.T), _dot(hidden_t, g).astype(w_dtype), db
+        return head_dot(g, w_chunk.T), head_dot(hidden_t, g).astype(w_dtype), db
 
     def write(d_weight, d_bias, dw, db, start):
         # The weight gradient is written chunk by chunk in place: stacking the chunks

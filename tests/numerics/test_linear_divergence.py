@@ -1,0 +1,535 @@
+"""Fused distillation from hidden states (issue 48, item 2): `linear_kl_divergence`,
+`linear_js_divergence` and `linear_topk_kl_divergence`.
+
+Error model (fixed before looking at results; each test names the part it uses):
+
+- The logits are made exact (small dyadic hidden and weight entries; T a power of two),
+  so the chunked functions and the materialized `kl_divergence` / `js_divergence` on
+  hidden @ weight see the same numbers.
+- The materialized divergence is within its oracle bound of the exact value
+  (tests/numerics/test_divergence.py): B = `ULPS` value + |gap| + 2 log2 V + kappa ulps,
+  kappa = sum_k moves_k c_k / value (`numerics._check_divergence.sensitivity`: c_k the
+  ulps s_k = log(q_k / p_k) can carry, moves_k how far the value moves per unit of s_k).
+- The chunked one differs from it only by the rescaling of each chunk's sums by
+  alpha = e^(m_c - M) (one exp and one product, `CHUNK_ULPS` = 1.5, as for
+  `linear_cross_entropy`): p_k and q_k carry 1.5 ulps more (the value: 1.5 ulps of itself),
+  and the gap sum G, whose terms each carry 1.5 ulps more, moves log(S_S / S_T) by
+  1.5 ulps of the terms' absolute sum A = sum |q_k S_S / S_T - p_k| (c_k: + 1.5 A, kappa:
+  + 1.5 A sum moves / value). So chunked and materialized agree to 2 B + 1.5 (1 + A sum
+  moves / value) ulps in fp32 and fp64.
+- bf16 and fp16 compute in float32 and round once: the float32 errors above (tens of
+  float32 ulps on these inputs) are 2^-13 of a bf16 ulp and 2^-10 of an fp16 one, so the two
+  paths round to the same or neighbouring values: 1 ulp of the dtype.
+- Gradients: each entry of d/d(student logits) within G_k = `ULPS` grad + |gap_k| +
+  2 log2 V + c_k ulps of its terms' scale (`gradient_scale`), the chunked one
+  + 1.5 (1 + A); d hidden = g W^T and d weight = h^T g are dot products of exact entries
+  with them, so each is within max G + log2 (terms) ulps of U = sum |w| scale (resp.
+  sum |h| scale). Chunked against materialized: the sum of both; 16-bit: g rounds once to
+  the dtype in both paths, 1 ulp of the scale, and the products accumulate in float32 and
+  round once: 1 + log2 (terms) ulps of U.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+
+import numerics
+from numerics import oracle
+from numerics._check_divergence import gradient_scale, sensitivity
+from numerics._check_tolerances import finite_gaps
+from numerics._linear_divergence import student_topk_log_probs
+from numerics.testing import assert_ulp_close
+from tests.tolerances import BF16, DTYPES, F32, F64, ULPS
+
+CHUNK_ULPS = 1.5  # one exp and one product per chunk statistic (`linear_cross_entropy`'s)
+FORMS = {
+    "kl": (numerics.linear_kl_divergence, numerics.kl_divergence),
+    "js": (numerics.linear_js_divergence, numerics.js_divergence),
+}
+V = 40
+CHUNKS = ("8", "7", "64")  # divides V, does not (a partial last chunk), one chunk (capped at V)
+N, D_S, D_T = 6, 16, 8
+T = 2.0  # a power of two: dividing the exact logits by it is exact in every dtype
+
+
+def _dyadic(rng, shape, dtype):
+    """Entries k / 64 with |k| < 64 (16-bit: k / 4, |k| <= 3): every logit, a sum of at
+    most 16 products (at most 19 significant bits; 16-bit: multiples of 1/16 below 9), is
+    exact in the dtype, in any order and accumulation dtype; logits of order 1."""
+    if np.dtype(dtype).itemsize == 2:
+        return (rng.integers(-3, 4, shape) / 4).astype(dtype)
+    return (rng.integers(-63, 64, shape) / 64).astype(dtype)
+
+
+@functools.cache
+def _heads(dtype, seed=0):
+    rng = np.random.default_rng([seed, np.dtype(dtype).itemsize])
+    return (
+        _dyadic(rng, (N, D_S), dtype),
+        _dyadic(rng, (D_S, V), dtype),
+        _dyadic(rng, (N, D_T), dtype),
+        _dyadic(rng, (D_T, V), dtype),
+    )
+
+
+def _acc(dtype):
+    return jnp.float64 if np.dtype(dtype) == F64 else jnp.float32
+
+
+@functools.cache
+def _program(dtype):
+    """One jitted program per dtype: per form, (value, d h_S, d W_S) chunked at each of
+    `CHUNKS` and materialized (the divergence on hidden @ weight rounded to the dtype)."""
+    acc = _acc(dtype)
+
+    def run(h_s, w_s, h_t, w_t):
+        z_t = jnp.dot(h_t, w_t, preferred_element_type=acc).astype(h_t.dtype)
+        out = {}
+        for form, (fused, materialized) in FORMS.items():
+
+            def mat(h, w, f=materialized):
+                z = jnp.dot(h, w, preferred_element_type=acc).astype(h.dtype)
+                return f(z, z_t, temperature=T)
+
+            paths = {"materialized": mat}
+            for c in CHUNKS:
+                paths[c] = lambda h, w, c=c, f=fused: f(
+                    h, w, h_t, w_t, temperature=T, chunk_size=int(c)
+                )
+            for name, f in paths.items():
+                value, vjp = jax.vjp(f, h_s, w_s)
+                out[form, name] = (value, *vjp(jnp.ones_like(value)))
+        return out
+
+    return jax.jit(run)
+
+
+def _run(dtype):
+    with jax.enable_x64(np.dtype(dtype) == F64):
+        return jax.device_get(_program(dtype)(*map(jnp.asarray, _heads(dtype))))
+
+
+def _model(dtype, form):
+    """Per row: the materialized bound B and the chunked extra (ulps of the value), and
+    per entry of the logits' gradient the materialized and chunked bounds (ulps of its
+    scale) with the scale itself, from the exact logits (error model, module docstring)."""
+    h_s, w_s, h_t, w_t = (x.astype(np.float64) for x in _heads(dtype))
+    student, teacher = (h_s @ w_s) / T, (h_t @ w_t) / T  # exact
+    # The oracle divides the raw logits by T itself: its gradient is d / d(h W).
+    exact, exact_g = oracle.divergence_value_and_grad(
+        h_s @ w_s, h_t @ w_t, form, temperature=T, exact=True
+    )
+    c, kappa = sensitivity(student, teacher, form, exact)
+    gaps = np.maximum(finite_gaps(student), finite_gaps(teacher))
+    value_bound = ULPS["value"][dtype] + gaps.max(-1) + 2 * np.log2(V) + kappa
+    p, q = (np.exp(z - z.max(-1, keepdims=True)) for z in (teacher, student))
+    ratio = q.sum(-1, keepdims=True) / p.sum(-1, keepdims=True)
+    p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+    absolute = np.sum(np.abs(q * ratio - p), -1)
+    moves = np.abs(q - p) if form == "kl" else np.abs((p + q) / 2 - p) + np.abs((p + q) / 2 - q)
+    value = np.asarray(exact, np.float64)
+    chunk_extra = CHUNK_ULPS * (1 + absolute * moves.sum(-1) / value)
+    grad_bound = ULPS["grad"][dtype] + gaps + 2 * np.log2(V) + c
+    grad_extra = CHUNK_ULPS * (1 + absolute)[:, None]
+    scale = gradient_scale(student, teacher, form, exact) / T
+    return exact, exact_g, value_bound, chunk_extra, grad_bound, grad_extra, scale
+
+
+def _dot_ulps(got, want, unit, dtype):
+    """|got - want| (want float64 or mpmath's exact values) in ulps of `unit`, one
+    smallest normal per term forgiven (XLA flushes subnormal gradients to zero)."""
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want)
+    if want.dtype == object:
+        with mpmath.workprec(oracle.PRECISION_BITS):
+            err = np.vectorize(lambda a, b: float(abs(mpmath.mpf(a) - b)), otypes=[float])(
+                got, want
+            )
+    else:
+        err = np.abs(got - want.astype(np.float64))
+    return err / oracle.ulp(np.maximum(unit, 1e-300), dtype)
+
+
+def _note(worst, key, ulps, bound):
+    """Keep, per key, the (ulps, bound) pair that uses most of its bound."""
+    ratio = np.asarray(ulps) / np.broadcast_to(bound, np.shape(ulps))
+    i = np.unravel_index(np.argmax(ratio), ratio.shape)
+    pair = (
+        round(float(np.asarray(ulps)[i]), 2),
+        round(float(np.broadcast_to(bound, ratio.shape)[i]), 1),
+    )
+    if key not in worst or pair[0] / pair[1] > worst[key][0] / worst[key][1]:
+        worst[key] = pair
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chunked_matches_materialized(dtype):
+    dtype = np.dtype(dtype)
+    got = _run(dtype)
+    h_s, w_s, _, _ = (x.astype(np.float64) for x in _heads(dtype))
+    sixteen = dtype.itemsize == 2
+    worst = {}
+    for form in FORMS:
+        _, _, value_bound, chunk_extra, grad_bound, grad_extra, scale = _model(dtype, form)
+        value_m, dh_m, dw_m = got[form, "materialized"]
+        units = {
+            "d hidden": (np.abs(w_s) @ scale.T).T,  # sum_j |w_dj| scale_nj
+            "d weight": np.abs(h_s).T @ scale,  # sum_n |h_nd| scale_nj
+        }
+        for c in CHUNKS:
+            value, dh, dw = got[form, c]
+            assert value.dtype == dh.dtype == dw.dtype == dtype
+            bound = 1.0 if sixteen else 2 * value_bound + chunk_extra
+            assert_ulp_close(value, value_m.astype(np.float64), bound, dtype, err_msg=f"{form} {c}")
+            err = oracle.ulp_error(value, value_m.astype(np.float64), dtype)
+            _note(worst, (form, "value"), err, bound)
+            g_bound = 1.0 if sixteen else (2 * grad_bound + grad_extra).max()
+            for what, a, b, k in (("d hidden", dh, dh_m, V), ("d weight", dw, dw_m, N)):
+                ulps = _dot_ulps(a, b, units[what], dtype)
+                limit = g_bound + np.log2(k)
+                assert ulps.max() <= limit, (form, c, what, float(ulps.max()), float(limit))
+                _note(worst, (form, what), ulps, limit)
+    print(dtype, worst)  # the worst (ulps, bound) per form and quantity, shown with -s
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_against_mpmath(dtype):
+    """Chunked (chunk 7: five full chunks and a partial one) against the oracle's exact
+    values on the same exact logits: B + the chunk extra for the value, and G + extra +
+    log2 (terms) ulps of U for d hidden and d weight against mpmath's exact products."""
+    dtype = np.dtype(dtype)
+    got = _run(dtype)
+    h_s, w_s, _, _ = (x.astype(np.float64) for x in _heads(dtype))
+    for form in FORMS:
+        exact, exact_g, value_bound, chunk_extra, grad_bound, grad_extra, scale = _model(
+            dtype, form
+        )
+        value, dh, dw = got[form, "7"]
+        assert_ulp_close(value, exact, value_bound + chunk_extra, err_msg=f"{form} value")
+        with mpmath.workprec(oracle.PRECISION_BITS):
+            exact_dh = np.dot(exact_g, w_s.astype(object).T)
+            exact_dw = np.dot(h_s.astype(object).T, exact_g)
+        limit = (grad_bound + grad_extra).max()
+        for what, a, b, unit, k in (
+            ("d hidden", dh, exact_dh, (np.abs(w_s) @ scale.T).T, V),
+            ("d weight", dw, exact_dw, np.abs(h_s).T @ scale, N),
+        ):
+            ulps = _dot_ulps(a, b, unit, dtype)
+            assert ulps.max() <= limit + np.log2(k), (form, what, float(ulps.max()))
+
+
+@functools.cache
+def _zero_program():
+    """Value and gradients at student == teacher: per form at T = 3 (not a power of two)
+    over chunks of 7 (a partial last one), at T = 1 in one chunk per row reduced "none",
+    and masked with "mean"; and the top-k form on `flat`, a head whose logits are all
+    equal (`rows` @ `flat`), with the student's own log-probabilities as stored ones."""
+
+    def run(h, w, where, rows, flat):
+        out = {}
+        for form, (fused, _) in FORMS.items():
+            f3 = functools.partial(fused, temperature=3.0, chunk_size=7)
+            f1 = functools.partial(fused, chunk_size=V)
+            out[form, "T=3 sum"] = jax.value_and_grad(
+                lambda h, w, f=f3: f(h, w, h, w, reduction="sum"), (0, 1)
+            )(h, w)
+            out[form, "T=1 none"] = jax.vjp(lambda h, w, f=f1: f(h, w, h, w), h, w)[1](
+                jnp.ones(h.shape[:-1], h.dtype)
+            )
+            out[form, "T=3 where mean"] = jax.value_and_grad(
+                lambda h, w, f=f3: f(h, w, h, w, where=where, reduction="mean"), (0, 1)
+            )(h, w)
+        idx = jnp.broadcast_to(jnp.arange(0, V, 9, dtype=jnp.int32), (rows.shape[0], 5))
+        own = student_topk_log_probs(rows, flat, idx, jnp.asarray(3.0, _acc(h.dtype)), 7)[0]
+        out["topk", "T=3 sum"] = jax.value_and_grad(
+            lambda h, w: numerics.linear_topk_kl_divergence(
+                h, w, own, idx, temperature=3.0, chunk_size=7, reduction="sum"
+            ),
+            (0, 1),
+        )(rows, flat)
+        return out
+
+    return jax.jit(run)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_exact_zero_at_the_teacher(dtype):
+    # General (not dyadic) entries: the logits round; student == teacher still gives
+    # exactly 0, value and gradients, at T = 1 and T = 3, with a mask. The top-k form is
+    # exactly 0 where the stored log-probabilities are bit for bit the student's own, which
+    # two compiled programs reproduce only where the sums are exact in any order (two
+    # reductions of the same rounded terms may be fused and ordered differently): here a
+    # head with V equal columns, so S = V and log q = -log V whatever the order.
+    rng = np.random.default_rng(5)
+    h = rng.standard_normal((2, 3, D_S)).astype(dtype)
+    w = (rng.standard_normal((D_S, V)) * 2).astype(dtype)
+    # Dyadic rows and V equal dyadic columns: the logits are exact, so equal in any order.
+    rows, flat = _dyadic(rng, (N, D_S), dtype), np.repeat(_dyadic(rng, (D_S, 1), dtype), V, 1)
+    where = np.array([[True, False, True], [True, True, True]])
+    with jax.enable_x64(np.dtype(dtype) == F64):
+        args = map(jnp.asarray, (h, w, where, rows, flat))
+        got = jax.device_get(_zero_program()(*args))
+    assert len(got) == 7
+    for key, out in got.items():
+        for leaf in jax.tree.leaves(out):
+            assert leaf.dtype == dtype and not np.any(leaf.astype(np.float64)), key
+
+
+@functools.cache
+def _mask_program():
+    def run(h_s, w_s, h_t, w_t, where):
+        f = functools.partial(numerics.linear_kl_divergence, chunk_size=7, temperature=T)
+
+        def grads(reduction, mask):
+            return jax.value_and_grad(
+                lambda h, w: f(h, w, h_t, w_t, where=mask, reduction=reduction), (0, 1)
+            )(h_s, w_s)
+
+        return {
+            "none": f(h_s, w_s, h_t, w_t),
+            "masked": f(h_s, w_s, h_t, w_t, where=where),
+            "sum": grads("sum", where),
+            "mean": grads("mean", where),
+            "empty": grads("mean", jnp.zeros_like(where)),
+            "js": numerics.linear_js_divergence(
+                h_s, w_s, h_t, w_t, where=where, reduction="sum", chunk_size=7
+            ),
+            "js none": numerics.linear_js_divergence(h_s, w_s, h_t, w_t, chunk_size=7),
+        }
+
+    return jax.jit(run)
+
+
+def test_where_and_reductions():
+    h_s, w_s, h_t, w_t = _heads(F32)
+    # A (2, 3) batch: the rows of hidden reshaped, where masking three of them.
+    h_s, h_t = h_s.reshape(2, 3, D_S), h_t.reshape(2, 3, D_T)
+    where = np.array([[True, False, True], [False, True, False]])
+    got = jax.device_get(_mask_program()(h_s, w_s, h_t, w_t, where))
+    per = got["none"]
+    assert per.shape == (2, 3)
+    np.testing.assert_array_equal(got["masked"], np.where(where, per, 0))
+    (total, (dh, dw)), (mean, (dh_m, _)) = got["sum"], got["mean"]
+    np.testing.assert_allclose(total, per[where].sum(), rtol=1e-6)
+    np.testing.assert_allclose(mean, per[where].mean(), rtol=1e-6)
+    # d hidden sums terms that cancel: compared in units of its largest entry (float32).
+    np.testing.assert_allclose(dh_m, dh / where.sum(), atol=1e-6 * np.abs(dh).max() / 3)
+    assert not np.any(dh[~where]) and np.any(dh[where]) and dw.shape == (D_S, V)
+    empty, (dh_e, dw_e) = got["empty"]
+    assert empty == 0 and not np.any(dh_e) and not np.any(dw_e)
+    np.testing.assert_allclose(got["js"], got["js none"][where].sum(), rtol=1e-6)
+
+
+def test_teacher_gets_no_gradient():
+    h_s, w_s, h_t, w_t = _heads(F32)
+    grads = jax.jit(
+        jax.grad(
+            lambda *a: numerics.linear_kl_divergence(*a, chunk_size=7, reduction="sum"),
+            (2, 3),
+        )
+    )(h_s, w_s, h_t, w_t)
+    assert not any(np.any(g) for g in grads)
+
+
+def test_equal_hidden_sizes_take_the_stacked_product():
+    # D_S == D_T goes through one batched product (`_both_logits`): the teacher padded with
+    # zero columns of hidden and zero rows of weight has the same exact logits, so both
+    # routes agree with each other (to float32 rounding of the values and gradients).
+    h_s, w_s, h_t, w_t = _heads(F32)
+    h_pad = np.concatenate([h_t, np.zeros((N, D_S - D_T), F32)], 1)
+    w_pad = np.concatenate([w_t, np.zeros((D_S - D_T, V), F32)], 0)
+
+    @jax.jit
+    def both(h_s, w_s):
+        return [
+            jax.value_and_grad(
+                lambda h, w, t=t: numerics.linear_js_divergence(
+                    h, w, *t, chunk_size=7, reduction="sum"
+                ),
+                (0, 1),
+            )(h_s, w_s)
+            for t in ((h_t, w_t), (h_pad, w_pad))
+        ]
+
+    (value, grads), (value_pad, grads_pad) = jax.device_get(both(h_s, w_s))
+    np.testing.assert_allclose(value_pad, value, rtol=1e-6)
+    for a, b in zip(grads_pad, grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * np.abs(b).max())
+    # Reverse mode only (custom_vjp), as `linear_cross_entropy`.
+    with pytest.raises(TypeError):
+        jax.jvp(lambda h: numerics.linear_kl_divergence(h, w_s, h_t, w_t), (h_s,), (h_s,))
+
+
+def test_bad_input_raises_one_clear_error():
+    h, w = jnp.ones((2, 3)), jnp.ones((3, 5))
+    ht, wt = jnp.ones((2, 4)), jnp.ones((4, 5))
+    f = numerics.linear_kl_divergence
+    lp, idx = jnp.full((2, 2), -2.0), jnp.array([[0, 1], [2, 3]])
+    g = numerics.linear_topk_kl_divergence
+    cases = [
+        (lambda: f(h, jnp.ones((4, 5)), ht, wt), ValueError, "disagree on D"),
+        (lambda: f(h, w, ht, jnp.ones((4, 6))), ValueError, "share the vocabulary"),
+        (lambda: f(h, w, jnp.ones((3, 4)), wt), ValueError, "batch shape"),
+        (lambda: f(h, w, ht.astype(BF16), wt.astype(BF16)), TypeError, "same dtype"),
+        (lambda: f(h, w.astype(BF16), ht, wt), TypeError, "same dtype"),
+        (lambda: f(h.astype(jnp.int32), w, ht, wt), TypeError, "floating"),
+        (lambda: f(h, w, ht, wt, chunk_size=0), ValueError, "chunk_size must be > 0"),
+        (lambda: f(h, w, ht, wt, chunk_size=2.0), TypeError, "chunk_size must be an int"),
+        (lambda: f(h, w, ht, wt, reduction="avg"), ValueError, "reduction must be"),
+        (lambda: f(h, w, ht, wt, temperature=0.0), ValueError, "temperature must be > 0"),
+        (lambda: f(h, w, ht, wt, where=jnp.ones(2)), ValueError, "where must be a boolean"),
+        (lambda: f(h, jnp.ones((3,)), ht, wt), ValueError, r"\(D, V\)"),
+        (lambda: f(h, jnp.ones((3, 0)), ht, jnp.ones((4, 0))), ValueError, "no column"),
+        (lambda: g(h, w, lp, jnp.array([[0, 5], [1, 2]])), ValueError, r"\[0, 5\)"),
+        (lambda: g(h, w, lp, jnp.array([[1, 1], [1, 2]])), ValueError, "distinct"),
+        (lambda: g(h, w, lp[:, :1], idx), ValueError, r"\(\.\.\., k\)"),
+        (lambda: g(h, w, jnp.full((2, 6), -2.0), jnp.zeros((2, 6), int)), ValueError, "k = 6"),
+        (lambda: g(h, w, lp.astype(BF16), idx), TypeError, "compute dtype"),
+        (lambda: g(h, w, lp, idx.astype(jnp.float32)), TypeError, "integer"),
+    ]
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+
+
+# --- The top-k form ----------------------------------------------------------------------
+
+K = 5
+T_TOPK = 1.5  # divides the student's logits only (not exact: the reference does the same)
+
+
+@functools.cache
+def _topk_case(dtype):
+    """Student heads (exact logits) and a teacher's top-k log-probabilities in float32
+    (the compute dtype) at distinct indices, from a different head: some rows' teacher
+    puts its mass where the student does not."""
+    rng = np.random.default_rng(7)
+    h, w = _dyadic(rng, (N, D_S), dtype), _dyadic(rng, (D_S, V), dtype)
+    teacher = rng.standard_normal((N, V)) * np.array([[1.0], [3.0], [0.3], [1.0], [2.0], [5.0]])
+    log_p = teacher - np.log(np.exp(teacher).sum(-1, keepdims=True))
+    idx = np.argsort(-log_p, -1)[:, :K]
+    return h, w, np.take_along_axis(log_p, idx, -1).astype(np.float32), idx
+
+
+def _topk_reference(h, w, lp, idx):
+    """The k + 1-bin KL and its gradient with respect to the logits, numpy float64."""
+    z = (h.astype(np.float64) @ w.astype(np.float64)) / np.float64(np.float32(T_TOPK))
+    log_q = z - z.max(-1, keepdims=True)
+    log_q -= np.log(np.exp(log_q).sum(-1, keepdims=True))
+    q = np.exp(log_q)
+    lp = lp.astype(np.float64)
+    p = np.exp(lp)
+    q_top = np.take_along_axis(q, idx, -1)
+    tail_mask = np.ones(q.shape, bool)
+    np.put_along_axis(tail_mask, idx, False, -1)
+    p_tail, q_tail = 1 - p.sum(-1), np.where(tail_mask, q, 0).sum(-1)
+    value = np.sum(p * (lp - np.log(q_top)), -1) + p_tail * np.log(p_tail / q_tail)
+    g = np.where(tail_mask, q * (1 - p_tail / q_tail)[:, None], 0.0)
+    np.put_along_axis(g, idx, q_top - p, -1)
+    # |x_b - w_b| and the ulps (of 1) each bin's log-ratio carries: log q_i from
+    # (z_i - M) - log S, S a rescaled chunked sum; the tail's from the others'.
+    c = np.abs(z - z.max(-1, keepdims=True)) + np.log(np.exp(log_q).sum(-1, keepdims=True))
+    c_top = np.take_along_axis(c, idx, -1) + np.log2(V) + CHUNK_ULPS + 2
+    moves = np.abs(q_top - p)
+    c_tail = (moves * c_top).sum(-1) / p_tail + 2
+    kappa = ((moves * c_top).sum(-1) + np.abs(q_tail - p_tail) * c_tail) / value
+    # A logit's gradient: q_i - p_i from s_i (c_top ulps of max(p_i, q_i)); on the tail
+    # q_j (1 - e^-t), t carrying c_tail ulps of 1, which move it by c_tail P / Q ulps of q_j.
+    grad_c = max(c_top.max(), (c_tail * p_tail / q_tail).max())
+    scale = np.maximum(np.abs(g), q) / np.float32(T_TOPK)
+    return value, g / np.float32(T_TOPK), kappa, grad_c, scale
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32, F64], ids=str)
+def test_topk_against_numpy(dtype):
+    """The value against the k + 1-bin KL in numpy float64: fp32 and fp64 within
+    `ULPS` value + log2 (k + 1) + kappa ulps, kappa = sum_b |x_b - w_b| c_b / value (the
+    ulps of 1 each bin's log-ratio carries, weighted by how far the value moves with it,
+    `_topk_reference`); bf16 computes in float32 and rounds once: 1 ulp. Gradients: each
+    logit's within G = `ULPS` grad + c ulps of max(|g|, q) (c: `_topk_reference`'s
+    grad_c), d hidden and d weight within G + log2 (terms) ulps of the dot of those scales
+    with |w| (resp. |h|); bf16: 2 + log2 (terms)."""
+    dtype = np.dtype(dtype)
+    h, w, lp, idx = _topk_case(dtype)
+    value_ref, g, kappa, grad_c, scale = _topk_reference(h, w, lp, idx)
+    if dtype == F64:
+        lp = lp.astype(np.float64)  # the compute dtype, as allowed
+    with jax.enable_x64(dtype == F64):
+        got = jax.device_get(jax.jit(_topk_only)(h, w, lp, idx))
+    h64, w64 = h.astype(np.float64), w.astype(np.float64)
+    sixteen = dtype.itemsize == 2
+    worst = {}
+    for c, (value, dh, dw) in got.items():
+        assert value.dtype == dh.dtype == dtype
+        bound = 1.0 if sixteen else ULPS["value"][dtype] + np.log2(K + 1) + kappa
+        assert_ulp_close(value, value_ref, bound, dtype, err_msg=f"chunk {c}")
+        _note(worst, "value", oracle.ulp_error(value, value_ref, dtype), bound)
+        # 16-bit: g in float32 rounds once (1 ulp of its scale), the product once more.
+        g_bound = 2.0 if sixteen else ULPS["grad"][dtype] + grad_c
+        for what, a, b, unit, k in (
+            ("d hidden", dh, g @ w64.T, scale @ np.abs(w64).T, V),
+            ("d weight", dw, h64.T @ g, np.abs(h64).T @ scale, N),
+        ):
+            ulps = _dot_ulps(a, b, unit, dtype)
+            assert ulps.max() <= g_bound + np.log2(k), (c, what, float(ulps.max()))
+            _note(worst, what, ulps, g_bound + np.log2(k))
+    print(dtype, "top-k", worst)
+
+
+def _topk_only(h, w, lp, idx):
+    out = {}
+    for c in CHUNKS:
+        f = functools.partial(
+            numerics.linear_topk_kl_divergence, temperature=T_TOPK, chunk_size=int(c)
+        )
+        value, vjp = jax.vjp(lambda h, w, f=f: f(h, w, lp, idx), h, w)
+        out[c] = (value, *vjp(jnp.ones_like(value)))
+    return out
+
+
+def _kl_bins(p, log_p, log_q):
+    """sum_b p_b (log p_b - log q_b) in float64, over bins with p_b > 0."""
+    return np.sum(np.where(p > 0, p * (log_p - log_q), 0.0), -1)
+
+
+def test_topk_edges():
+    """k = V (no tail bin: the full KL of the stored distribution), a student tail that
+    underflows in float32 (kept finite in log space), and where / reductions."""
+    f = jax.jit(numerics.linear_topk_kl_divergence, static_argnames=("reduction", "chunk_size"))
+    rng = np.random.default_rng(9)
+    # k = V = 6, indices in shuffled order.
+    z = rng.standard_normal((3, 6)).astype(F32)
+    log_p = (lambda t: t - np.log(np.exp(t).sum(-1, keepdims=True)))(rng.standard_normal((3, 6)))
+    idx = np.stack([rng.permutation(6) for _ in range(3)])
+    lp = np.take_along_axis(log_p, idx, -1).astype(F32)
+    got = f(z, np.eye(6, dtype=F32), lp, idx, chunk_size=4)
+    log_q = z - np.log(np.exp(z.astype(np.float64)).sum(-1, keepdims=True))
+    want = _kl_bins(np.exp(lp.astype(np.float64)), lp, np.take_along_axis(log_q, idx, -1))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    # The student's tail e^-200 underflows in float32; its log-mass does not:
+    # KL = 2 (0.4 log(0.4 / 0.5)) + 0.2 (log 0.2 - log(2 e^-200 / (2 + 2 e^-200))).
+    z = np.array([[0.0, 0.0, -200.0, -200.0]], F32)
+    lp = np.log(np.array([[0.4, 0.4]])).astype(F32)
+    got = f(z, np.eye(4, dtype=F32), lp, np.array([[0, 1]]), chunk_size=3)
+    want = 0.8 * np.log(0.8) + 0.2 * (np.log(0.2) + 200)
+    np.testing.assert_allclose(got, [want], rtol=1e-5)
+    # where and reductions: masked rows give 0, "mean" over the kept ones.
+    h, w, lp, idx = _topk_case(F32)
+    where = np.array([True, False, True, True, False, True])
+    per = np.asarray(f(h, w, lp, idx, chunk_size=7))
+    masked = f(h, w, lp, idx, where=where, chunk_size=7)
+    np.testing.assert_array_equal(masked, np.where(where, per, 0))
+    mean = f(h, w, lp, idx, where=where, reduction="mean", chunk_size=7)
+    np.testing.assert_allclose(mean, per[where].mean(), rtol=1e-6)
+    dh = jax.jit(
+        jax.grad(
+            lambda h: numerics.linear_topk_kl_divergence(
+                h, w, lp, idx, where=where, reduction="sum", chunk_size=7
+            )
+        )
+    )(h)
+    assert not np.any(np.asarray(dh)[~where]) and np.all(np.any(np.asarray(dh)[where], -1))
