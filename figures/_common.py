@@ -110,8 +110,10 @@ def line_label(ax, text: str, value: float, axis: str = "x", *, above: bool = Fa
 
     A vertical line's label hangs from the top edge, just right of the line (`above`: it
     stands on the top edge, outside the axes); a horizontal line's sits on its line at the
-    right edge. fontsize 7, grey, unless `style` says otherwise. Returns the annotation."""
-    style = {"fontsize": 7, "color": "0.35", **style}
+    right edge. fontsize 7, grey, on a translucent white box that keeps the curves behind it
+    from striking through the text, unless `style` says otherwise. Returns the annotation."""
+    box = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
+    style = {"fontsize": 7, "color": "0.35", "bbox": box, "zorder": 5, **style}
     if axis == "y":
         kind, at, xycoords = "y", (1.0, value), ("axes fraction", "data")
         (ha, va), offset = ("right", "bottom"), (0, 0)
