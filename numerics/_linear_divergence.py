@@ -377,6 +377,52 @@ def _check_common(hidden, weight, names, chunk_size, reduction, temperature):
     return hidden, weight, min(int(chunk_size), weight.shape[1])
 
 
+def _host(given):
+    """An argument as given, as a NumPy array when it is concrete (not traced), else None."""
+    if given is None or isinstance(given, jax.core.Tracer):
+        return None
+    return np.asarray(given)
+
+
+def _check_topk_logprobs(host, dtype, k: int, kept) -> None:
+    """Concrete top-k log-probabilities (the kept rows') must be <= 0 (not NaN), and the
+    tail mass 1 - sum_i exp(logprob_i) must lie in [0, 1].
+
+    The tail mass is <= 1 whenever the entries are <= 0; below 0 means the k probabilities
+    sum above 1. Rounding alone can do that: a log-softmax formed in a float of epsilon eps
+    carries an error of a few eps times the logits' size in each entry, so log sum_i p_i
+    can exceed 0 by that much. Such sums are clamped (P_tail = 0) as before; only
+    log sum_i p_i > sqrt(eps) is rejected (3.5e-4 in float32, 0.088 in bf16: logits of
+    size up to about 1 / sqrt(eps), 2900 in float32, stay within it), which catches logits
+    or probabilities passed in place of log-probabilities."""
+    if host is None or host.size == 0:
+        return
+    rows = host.astype(np.float64).reshape(-1, k)
+    if kept is not None:
+        rows = rows[np.asarray(kept).reshape(-1)]
+    bad = ~(rows <= 0)
+    if np.any(bad):
+        raise ValueError(
+            "teacher_topk_logprobs must be log-probabilities, <= 0 and not NaN; got "
+            f"{float(rows[bad][0])} ({int(bad.sum())} such entries): pass log_softmax of the "
+            "teacher's logits, not the logits."
+        )
+    top = np.max(rows, axis=-1, keepdims=True) if rows.size else rows
+    shift = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        log_mass = (shift + np.log(np.sum(np.exp(rows - shift), axis=-1, keepdims=True)))[:, 0]
+    limit = float(np.sqrt(jnp.finfo(dtype).eps))
+    if rows.size and np.max(log_mass) > limit:
+        worst = int(np.argmax(log_mass))
+        raise ValueError(
+            "the tail mass 1 - sum(exp(teacher_topk_logprobs)) must lie in [0, 1]; row "
+            f"{worst} (of the kept rows) has {-np.expm1(log_mass[worst]):.4g}: its "
+            f"{k} probabilities sum to {np.exp(log_mass[worst]):.4g}, more than 1 by more "
+            f"than rounding allows (log of the sum > sqrt(eps) = {limit:.2g}). Pass the "
+            "teacher's log-softmax at its top k classes."
+        )
+
+
 def _check_where(where, shape):
     if where is None:
         return None
@@ -636,7 +682,10 @@ def linear_topk_kl_divergence(
       student_hidden: (..., D) floating-point activations (bf16, fp16, fp32 or fp64).
       student_weight: (D, V) of the same dtype.
       teacher_topk_logprobs: (..., k) log-probabilities, in the hidden's dtype or its
-        compute dtype (float32 for 16-bit hidden).
+        compute dtype (float32 for 16-bit hidden). When concrete, a ValueError for an entry
+        > 0 or NaN, and for a row (kept by `where`) whose probabilities sum above 1 by more
+        than rounding allows (log of the sum > sqrt(eps) of their dtype): a tail mass
+        outside [0, 1]. Sums above 1 within that are clamped (P_tail = 0).
       teacher_topk_indices: (..., k) integer vocabulary indices, distinct per row, in
         [0, V) (checked when concrete; traced ones out of range give garbage).
       temperature: T > 0, dividing the student's logits.
@@ -670,8 +719,11 @@ def linear_topk_kl_divergence(
     k = lp.shape[-1]
     if not 1 <= k <= v:
         raise ValueError(f"k = {k} top-k entries: need 1 <= k <= V = {v}.")
-    if not isinstance(indices, jax.core.Tracer) and indices.size:
-        host = np.asarray(indices).reshape(-1, k)
+    # Checked on the host when concrete: the arguments as given (a NumPy array closed over
+    # by a traced function stays concrete, though `jnp.asarray` of it would be traced).
+    host_idx = _host(teacher_topk_indices)
+    if host_idx is not None and host_idx.size:
+        host = host_idx.reshape(-1, k)
         if host.min() < 0 or host.max() >= v:
             raise ValueError(
                 f"teacher_topk_indices must lie in [0, {v}); got values in "
@@ -681,6 +733,9 @@ def linear_topk_kl_divergence(
         if np.any(ordered[:, 1:] == ordered[:, :-1]):
             raise ValueError("teacher_topk_indices must be distinct within each row.")
     keep = _check_where(where, shape)
+    kept_host = _host(where)
+    if where is None or kept_host is not None:  # a traced mask: which rows count is unknown
+        _check_topk_logprobs(_host(teacher_topk_logprobs), lp.dtype, k, kept_host)
     t = jax.lax.stop_gradient(jnp.asarray(temperature, ctype))
     lp = jax.lax.stop_gradient(lp.reshape(-1, k).astype(ctype))
     idx = indices.reshape(-1, k).astype(jnp.int32)

@@ -533,3 +533,40 @@ def test_topk_edges():
         )
     )(h)
     assert not np.any(np.asarray(dh)[~where]) and np.all(np.any(np.asarray(dh)[where], -1))
+
+
+def test_topk_rejects_logprobs_that_are_not_log_probabilities():
+    """Concrete teacher top-k log-probabilities: an entry > 0 or NaN, and a row whose tail
+    mass 1 - sum exp(logprob) is below 0 by more than rounding (log of the sum > sqrt(eps)),
+    raise one ValueError each; rounding-sized excesses, masked rows and -inf entries pass,
+    and NumPy arrays closed over by a traced function are checked too."""
+    h, w = jnp.ones((2, 3), F32), jnp.ones((3, 5), F32)
+    idx = np.array([[0, 1], [2, 3]])
+    g = numerics.linear_topk_kl_divergence
+    positive = np.array([[-1.0, 0.25], [-1.0, -2.0]], F32)
+    with pytest.raises(ValueError, match=r"must be log-probabilities, <= 0 and not NaN; got 0\.25"):
+        g(h, w, positive, idx)
+    with pytest.raises(ValueError, match="not NaN; got nan"):
+        g(h, w, np.array([[-1.0, np.nan], [-1.0, -2.0]], F32), idx)
+    # Probabilities 0.7 + 0.6: a tail mass of -0.3 (logits passed as log-probabilities
+    # usually look like this, or worse).
+    heavy = np.log(np.array([[0.5, 0.25], [0.7, 0.6]])).astype(F32)
+    with pytest.raises(ValueError, match=r"tail mass .* \[0, 1\]; row 1 .* has -0\.3"):
+        g(h, w, heavy, idx)
+    with pytest.raises(ValueError, match="tail mass"):  # bf16 hidden, bf16 log-probabilities
+        g(h.astype(BF16), w.astype(BF16), jnp.asarray(heavy, BF16), idx)
+    # Under jit, a NumPy array the function closes over is still concrete: checked.
+    with pytest.raises(ValueError, match="tail mass"):
+        jax.jit(lambda h: g(h, w, heavy, idx))(h)
+    # Accepted: a sum above 1 by rounding (clamped to P_tail = 0), -inf entries (p = 0),
+    # the whole mass in the top k, and a bad row that `where` masks out.
+    fine = [
+        np.array([[np.log(0.5), np.log(0.5) + 1e-6], [-np.inf, -1.0]], F32),
+        np.log(np.array([[0.5, 0.5], [0.9, 0.1]])).astype(F32),
+    ]
+    for lp in fine:
+        assert np.all(np.isfinite(np.asarray(g(h, w, lp, idx))))
+    got = g(h, w, heavy, idx, where=np.array([True, False]))
+    assert np.isfinite(np.asarray(got)).all() and float(got[1]) == 0.0
+    # Traced log-probabilities cannot be checked: no error, as before.
+    jax.jit(lambda lp: g(h, w, lp, idx))(positive)
