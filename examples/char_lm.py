@@ -46,9 +46,6 @@ import pathlib
 import sys
 import time
 
-# The library next to this file, whichever checkout is installed.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
 import jax
 import jax.numpy as jnp
 import numpy as np
