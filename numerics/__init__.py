@@ -39,6 +39,7 @@ from numerics._linear_divergence import linear_kl_divergence as linear_kl_diverg
 from numerics._linear_divergence import (
     linear_topk_kl_divergence as linear_topk_kl_divergence,
 )
+from numerics._linear_divergence import linear_topk_log_probs as linear_topk_log_probs
 from numerics._logsumexp import logsumexp as logsumexp
 from numerics._per_token import entropy as entropy
 from numerics._per_token import log_prob as log_prob
@@ -67,6 +68,7 @@ __all__ = [
     "linear_kl_divergence",
     "linear_operand_dtype",
     "linear_topk_kl_divergence",
+    "linear_topk_log_probs",
     "log_prob",
     "log_softmax",
     "logit_margin",

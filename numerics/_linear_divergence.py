@@ -750,3 +750,111 @@ def linear_topk_kl_divergence(
             lp = jnp.where(keep[:, None], lp, jnp.asarray(-np.log(v), ctype))
         per_row = _topk(h, weight, lp, idx, t, chunk, k < v)
     return _finish(per_row, keep, shape, hidden.dtype, reduction)
+
+
+# --- A teacher's top-k from its hidden states -----------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=(2, 4))
+def _teacher_topk(hidden, weight, k: int, temperature, chunk: int):
+    """(log p at the top k (N, k), their indices (N, k)) of softmax(hidden @ weight / T), one
+    chunk of logits at a time: a running top k of the logits (merged with each chunk's own
+    top k: ties keep the lower index, as `jax.lax.top_k` on the whole row does) and a running
+    maximum and sum for the log-sum-exp, in the compute dtype."""
+    n, vocab = hidden.shape[0], weight.shape[1]
+    ctype = compute_dtype(hidden.dtype)
+    t = jnp.asarray(temperature, ctype)
+
+    def merge(carry, z, start, size):
+        values, indices, m, s = carry
+        cv, ci = jax.lax.top_k(z, min(k, size))
+        both_v = jnp.concatenate([values, cv], axis=-1)
+        both_i = jnp.concatenate([indices, ci.astype(indices.dtype) + start], axis=-1)
+        values, pos = jax.lax.top_k(both_v, k)
+        indices = jnp.take_along_axis(both_i, pos, axis=-1)
+        new_m = jnp.maximum(m, jnp.max(z, axis=-1))
+        s = s * jnp.exp((m - new_m) / t) + jnp.sum(jnp.exp((z - new_m[:, None]) / t), axis=-1)
+        return values, indices, new_m, s
+
+    carry = (
+        jnp.full((n, k), -jnp.inf, ctype),
+        jnp.zeros((n, k), jnp.int32),
+        jnp.full((n,), -jnp.inf, ctype),
+        jnp.zeros((n,), ctype),
+    )
+    full, rest = vocab_chunks(vocab, chunk)
+    if full:
+
+        def step(carry, i):
+            start = i * chunk
+            w_chunk = jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1)
+            return merge(carry, _logits(hidden, w_chunk), start, chunk), None
+
+        carry = jax.lax.scan(step, carry, jnp.arange(full, dtype=jnp.int32))[0]
+    if rest:
+        start = full * chunk
+        carry = merge(carry, _logits(hidden, weight[:, start:]), start, rest)
+    values, indices, m, s = carry
+    return (values - m[:, None]) / t - jnp.log(s)[:, None], indices
+
+
+def linear_topk_log_probs(
+    hidden: ArrayLike,
+    weight: ArrayLike,
+    k: int,
+    *,
+    temperature: ArrayLike = 1.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> tuple[jax.Array, jax.Array]:
+    r"""A teacher's k largest log-probabilities and their indices, from its hidden states.
+
+    log softmax(hidden @ weight / T) at its k largest entries per row, and their vocabulary
+    indices, the (..., V) logits never held: chunk by chunk, a running top k of the logits and
+    a running log-sum-exp (maximum and rescaled sum) in the compute dtype (float32 for bf16
+    and fp16, as `linear_cross_entropy`'s). The pair is what `linear_topk_kl_divergence`
+    takes as its teacher, so a teacher given as hidden states and a head is
+
+        linear_topk_kl_divergence(h_s, w_s, *linear_topk_log_probs(h_t, w_t, k))
+
+    with both heads chunked; or store the pair once and train from it. Ties keep the lower
+    index, as `jax.lax.top_k` does. No gradient flows (a teacher is a constant).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> h, w = jnp.array([[1.0, 2.0]]), jnp.array([[1.0, 0.0, -1.0, 0.5], [0.5, 2.0, 0.0, 0.0]])
+      >>> lp, idx = linear_topk_log_probs(h, w, 2, chunk_size=3)
+      >>> idx.tolist(), bool(jnp.allclose(lp, jax.nn.log_softmax(h @ w)[:, [1, 0]]))
+      ([[1, 0]], True)
+
+    Args:
+      hidden: (..., D) floating-point activations (bf16, fp16, fp32 or fp64).
+      weight: (D, V) of the same dtype.
+      k: how many entries per row, 1 <= k <= V.
+      temperature: T > 0 (a Python number or a scalar).
+      chunk_size: vocabulary columns per chunk (>= 1).
+
+    Returns:
+      (log-probabilities (..., k) in the compute dtype, indices (..., k) int32), each row's
+      in decreasing order.
+    """
+    hidden, weight = jnp.asarray(hidden), jnp.asarray(weight)
+    if weight.ndim != 2 or hidden.ndim < 1 or hidden.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"hidden (..., D) and weight (D, V) must match, got {hidden.shape} and {weight.shape}"
+        )
+    if not jnp.issubdtype(hidden.dtype, jnp.floating) or hidden.dtype != weight.dtype:
+        raise TypeError(
+            f"hidden and weight must share one floating dtype, got {hidden.dtype}, {weight.dtype}"
+        )
+    vocab = weight.shape[1]
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= vocab:
+        raise ValueError(f"k must be an integer in [1, {vocab}] (the vocabulary), got {k!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    if isinstance(temperature, int | float) and not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    batch = hidden.shape[:-1]
+    rows = hidden.reshape(-1, hidden.shape[-1])
+    lp, idx = _teacher_topk(rows, weight, int(k), temperature, min(chunk_size, vocab))
+    lp, idx = jax.lax.stop_gradient(lp), jax.lax.stop_gradient(idx)
+    return lp.reshape(*batch, int(k)), idx.reshape(*batch, int(k))

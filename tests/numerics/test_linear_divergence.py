@@ -570,3 +570,67 @@ def test_topk_rejects_logprobs_that_are_not_log_probabilities():
     assert np.isfinite(np.asarray(got)).all() and float(got[1]) == 0.0
     # Traced log-probabilities cannot be checked: no error, as before.
     jax.jit(lambda lp: g(h, w, lp, idx))(positive)
+
+
+# --- a teacher's top k from its hidden states -----------------------------------------------
+#
+# Error model: with exact logits (`_dyadic`, T = 2) both paths form log p = (z - M) / T - log S
+# from the same z and M; they differ only in S, the chunked one's sum of per-chunk rescaled
+# sums against one sum over V: each within recursive summation's (V - 1) u of the exact S,
+# the rescaling 1.5 ulps more (CHUNK_ULPS), so |d log S| <= (2 V + 1.5) u, and the final
+# subtraction rounds once more in each: 2 u |log p|. 16-bit inputs: both in float32.
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("chunk", [int(c) for c in CHUNKS])
+def test_teacher_topk_matches_the_materialized_log_softmax(dtype, chunk):
+    rng = np.random.default_rng(11)
+    h = _dyadic(rng, (2, 3, D_T), dtype)
+    w = _dyadic(rng, (D_T, V), dtype)
+    lp, idx = numerics.linear_topk_log_probs(h, w, K, temperature=T, chunk_size=chunk)
+    ctype = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    z = jnp.dot(h, w, preferred_element_type=ctype)
+    ref = jax.nn.log_softmax(z / T, axis=-1)
+    ref_lp, ref_idx = jax.lax.top_k(ref, K)  # ties: the lower index first in both
+    assert lp.shape == idx.shape == (2, 3, K) and lp.dtype == ctype and idx.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(idx), np.asarray(ref_idx))
+    u = np.finfo(ctype).eps / 2
+    bound = (2 * V + 1.5) * u + 2 * u * np.abs(np.asarray(ref_lp))
+    assert np.all(np.abs(np.asarray(lp) - np.asarray(ref_lp)) <= bound)
+
+
+def test_teacher_topk_feeds_the_top_k_kl():
+    """A teacher given as hidden states and a head: its top k from `linear_topk_log_probs`
+    into `linear_topk_kl_divergence`, both heads chunked; a student that is the teacher is
+    at the teacher's log-probabilities up to the two programs' rounding, so its KL is
+    non-negative and of that rounding's order, and a different student's is larger."""
+    rng = np.random.default_rng(12)
+    h, w = _dyadic(rng, (N, D_T), F32), _dyadic(rng, (D_T, V), F32)
+    lp, idx = numerics.linear_topk_log_probs(h, w, K, chunk_size=7)
+    same = numerics.linear_topk_kl_divergence(h, w, lp, idx, chunk_size=8)
+    assert np.all(np.asarray(same) >= 0) and float(jnp.max(same)) < 1e-10
+    other = numerics.linear_topk_kl_divergence(
+        h, _dyadic(rng, (D_T, V), F32), lp, idx, chunk_size=8
+    )
+    assert float(jnp.min(other)) > 1e-4
+    grads = jax.grad(lambda w_t: jnp.sum(numerics.linear_topk_log_probs(h, w_t, K)[0]))(w)
+    assert not np.any(np.asarray(grads))  # the teacher is a constant
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"k": 0}, ValueError, "k must be"),
+        ({"k": V + 1}, ValueError, "k must be"),
+        ({"k": 2.0}, ValueError, "k must be"),
+        ({"chunk_size": 0}, ValueError, "chunk_size"),
+        ({"temperature": 0.0}, ValueError, "temperature"),
+        ({"weight": np.ones((D_T + 1, V), np.float32)}, ValueError, "must match"),
+        ({"weight": np.ones((D_T, V), np.float64)}, TypeError, "one floating dtype"),
+    ],
+)
+def test_teacher_topk_bad_input_is_one_clear_error(kwargs, error, match):
+    args = {"hidden": np.ones((2, D_T), np.float32), "weight": np.ones((D_T, V), np.float32)}
+    args |= {"k": K, **kwargs}
+    with pytest.raises(error, match=match):
+        numerics.linear_topk_log_probs(**args)
