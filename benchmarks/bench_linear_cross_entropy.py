@@ -82,6 +82,14 @@ def main() -> None:
         f"value_and_grad wrt hidden and weight, rows (B*T) {args.rows}, D {args.hidden}, "
         f"chunk {args.chunk}; median of {args.reps}; temp = memory_analysis().temp_size_in_bytes"
     )
+    # The dtype linear's matmuls take their operands in on this machine (a probe per dtype,
+    # numerics.linear_operand_dtype): 16-bit as they are where the backend accumulates them
+    # in float32, else converted to float32.
+    dots = ", ".join(
+        f"{name} -> {numerics.linear_operand_dtype(jnp.dtype(name)).name}"
+        for name in args.dtypes.split(",")
+    )
+    print(f"linear's dot operands on {jax.default_backend()}: {dots}")
     header = "| V | dtype | program | time (s) | vs optax | temp (MiB) | vs optax |"
     print(header)
     print("|" + "---|" * 7)
