@@ -294,33 +294,40 @@ def _check_bias(bias, dtype, num_classes: int):
     return bias
 
 
+def check_head(hidden, weight, names: tuple[str, str], chunk_size):
+    """hidden (..., D) and a head (D, V) as float arrays of one dtype, and a positive int
+    `chunk_size`, else one clear TypeError / ValueError naming the arguments as `names`."""
+    hidden = _validate.float_array(hidden, names[0])
+    weight = _validate.float_array(weight, names[1])
+    if hidden.dtype != weight.dtype:
+        raise TypeError(
+            f"{names[0]} ({hidden.dtype}) and {names[1]} ({weight.dtype}) must have the same "
+            "dtype: the lab never promotes precision silently."
+        )
+    if hidden.ndim < 1 or weight.ndim != 2:
+        raise ValueError(
+            f"{names[0]} must be (..., D) and {names[1]} (D, V); got shapes {hidden.shape} and "
+            f"{weight.shape}."
+        )
+    if hidden.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"{names[0]} (..., D={hidden.shape[-1]}) and {names[1]} (D={weight.shape[0]}, V) "
+            "disagree on D; a (V, D) embedding (tied weights) is passed as embedding.T."
+        )
+    if not isinstance(chunk_size, int | np.integer) or isinstance(chunk_size, bool):
+        raise TypeError(f"chunk_size must be an int; got {chunk_size!r}.")
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be > 0; got {chunk_size}.")
+    return hidden, weight
+
+
 def _validate_linear(
     hidden, weight, labels, where, ignore_index, chunk_size, reduction, num_classes=None
 ):
     """Entry checks; returns (hidden_NxD, weight, labels_N, kept_N or None, chunk).
 
     `num_classes`: the whole vocabulary when `weight` is one device's shard of it."""
-    hidden = _validate.float_array(hidden, "hidden")
-    weight = _validate.float_array(weight, "weight")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(
-            f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must have the same dtype: "
-            "the lab never promotes precision silently."
-        )
-    if hidden.ndim < 1 or weight.ndim != 2:
-        raise ValueError(
-            f"hidden must be (..., D) and weight (D, V); got shapes {hidden.shape} and "
-            f"{weight.shape}."
-        )
-    if hidden.shape[-1] != weight.shape[0]:
-        raise ValueError(
-            f"hidden (..., D={hidden.shape[-1]}) and weight (D={weight.shape[0]}, V) disagree "
-            "on D; a (V, D) embedding (tied weights) is passed as embedding.T."
-        )
-    if not isinstance(chunk_size, int | np.integer) or isinstance(chunk_size, bool):
-        raise TypeError(f"chunk_size must be an int; got {chunk_size!r}.")
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be > 0; got {chunk_size}.")
+    hidden, weight = check_head(hidden, weight, ("hidden", "weight"), chunk_size)
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}; got {reduction!r}.")
     labels = _validate.int_array(labels, "labels")

@@ -36,7 +36,7 @@ from jax.typing import ArrayLike
 
 from numerics import _validate
 from numerics._divergence import phi_weighted, psi, zero_where_no_mass
-from numerics._linear import DEFAULT_CHUNK_SIZE, head_dot, vocab_chunks
+from numerics._linear import DEFAULT_CHUNK_SIZE, check_head, head_dot, vocab_chunks
 from numerics._soft_target import accurate_log1p, signed_gap
 from numerics._softmax import compute_dtype
 
@@ -347,29 +347,9 @@ _topk.defvjp(_topk_fwd, _topk_bwd)
 
 
 def _check_common(hidden, weight, names, chunk_size, reduction, temperature):
-    hidden = _validate.float_array(hidden, names[0])
-    weight = _validate.float_array(weight, names[1])
-    if hidden.dtype != weight.dtype:
-        raise TypeError(
-            f"{names[0]} ({hidden.dtype}) and {names[1]} ({weight.dtype}) must have the same "
-            "dtype: the lab never promotes precision silently."
-        )
-    if hidden.ndim < 1 or weight.ndim != 2:
-        raise ValueError(
-            f"{names[0]} must be (..., D) and {names[1]} (D, V); got shapes {hidden.shape} and "
-            f"{weight.shape}."
-        )
-    if hidden.shape[-1] != weight.shape[0]:
-        raise ValueError(
-            f"{names[0]} (..., D={hidden.shape[-1]}) and {names[1]} (D={weight.shape[0]}, V) "
-            "disagree on D; a (V, D) embedding (tied weights) is passed as embedding.T."
-        )
+    hidden, weight = check_head(hidden, weight, names, chunk_size)
     if weight.shape[1] == 0:
         raise ValueError(f"{names[1]} has no column: the vocabulary must not be empty.")
-    if not isinstance(chunk_size, int | np.integer) or isinstance(chunk_size, bool):
-        raise TypeError(f"chunk_size must be an int; got {chunk_size!r}.")
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be > 0; got {chunk_size}.")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}; got {reduction!r}.")
     if not isinstance(temperature, jax.core.Tracer) and not float(temperature) > 0:
@@ -837,24 +817,14 @@ def linear_topk_log_probs(
       (log-probabilities (..., k) in the compute dtype, indices (..., k) int32), each row's
       in decreasing order.
     """
-    hidden, weight = jnp.asarray(hidden), jnp.asarray(weight)
-    if weight.ndim != 2 or hidden.ndim < 1 or hidden.shape[-1] != weight.shape[0]:
-        raise ValueError(
-            f"hidden (..., D) and weight (D, V) must match, got {hidden.shape} and {weight.shape}"
-        )
-    if not jnp.issubdtype(hidden.dtype, jnp.floating) or hidden.dtype != weight.dtype:
-        raise TypeError(
-            f"hidden and weight must share one floating dtype, got {hidden.dtype}, {weight.dtype}"
-        )
+    hidden, weight, chunk = _check_common(
+        hidden, weight, ("hidden", "weight"), chunk_size, "none", temperature
+    )
     vocab = weight.shape[1]
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= vocab:
         raise ValueError(f"k must be an integer in [1, {vocab}] (the vocabulary), got {k!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if isinstance(temperature, int | float) and not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
     batch = hidden.shape[:-1]
     rows = hidden.reshape(-1, hidden.shape[-1])
-    lp, idx = _teacher_topk(rows, weight, int(k), temperature, min(chunk_size, vocab))
+    lp, idx = _teacher_topk(rows, weight, int(k), temperature, chunk)
     lp, idx = jax.lax.stop_gradient(lp), jax.lax.stop_gradient(idx)
     return lp.reshape(*batch, int(k)), idx.reshape(*batch, int(k))

@@ -625,8 +625,8 @@ def test_teacher_topk_feeds_the_top_k_kl():
         ({"k": 2.0}, ValueError, "k must be"),
         ({"chunk_size": 0}, ValueError, "chunk_size"),
         ({"temperature": 0.0}, ValueError, "temperature"),
-        ({"weight": np.ones((D_T + 1, V), np.float32)}, ValueError, "must match"),
-        ({"weight": np.ones((D_T, V), np.float64)}, TypeError, "one floating dtype"),
+        ({"weight": np.ones((D_T + 1, V), np.float32)}, ValueError, "disagree on D"),
+        ({"weight": np.ones((D_T, V), np.float64)}, TypeError, "must have the same dtype"),
     ],
 )
 def test_teacher_topk_bad_input_is_one_clear_error(kwargs, error, match):
