@@ -53,7 +53,7 @@ def test_bitwise_tests_pass_at_another_instruction_set_level():
     env = {**os.environ, "XLA_FLAGS": f"{flags} --xla_cpu_max_isa={level}".strip()}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # its own cache, made by its conftest
     env.pop("PYTEST_XDIST_WORKER", None)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0"]
     command += ["-m", "bitwise", "tests"]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
