@@ -22,11 +22,18 @@ import numpy as np
 
 from figures._common import new_figure, save_to
 from figures.quant_claims import ABLATIONS_BY_AXIS as ABLATION_CLAIMS
-from figures.quant_claims import ABLATIONS_FILE, claims
+from figures.quant_claims import ABLATIONS_FILE, CONSTANT_LR_FILE, claims
 from figures.registry import Figure
 from grokbench.store import atomic_write_json
 
-__all__ = ["ABLATIONS_FILE", "ABLATION_CLAIMS", "FIGURE", "claims", "draw_quant_figures"]
+__all__ = [
+    "ABLATIONS_FILE",
+    "ABLATION_CLAIMS",
+    "CONSTANT_LR_FILE",
+    "FIGURE",
+    "claims",
+    "draw_quant_figures",
+]
 
 
 def _load_table(table: dict | str | pathlib.Path) -> dict:
@@ -150,8 +157,11 @@ def draw(ctx) -> list[pathlib.Path]:
     (quant_table.json, quant_table.md) and figures in the build's output directory. The full
     build adds the paper's ablations (`grokbench.quant.ABLATIONS`, run at the quick scale:
     14 short runs instead of ~40 minutes at full scale): quant_ablations.json and one
-    quant_sweep_AXIS.png each. The quick build draws none (it stays within its budget)."""
+    quant_sweep_AXIS.png each; and the encoder recipe at a constant lr
+    (`grokbench.quant.recipes.CONSTANT_LR`, three more 6,000-step runs):
+    quant_constant_lr.json. The quick build draws none (it stays within its budget)."""
     from grokbench import quant
+    from grokbench.quant.recipes import CONSTANT_LR
 
     table = quant.run_quant(ctx.quick, ctx.out, {}, results=ctx.store.root, progress=ctx.progress)
     paths = [ctx.out / "quant_table.json", ctx.out / "quant_table.md"]
@@ -162,6 +172,11 @@ def draw(ctx) -> list[pathlib.Path]:
         paths.append(ctx.out / ABLATIONS_FILE)
         for axis in quant.ABLATIONS:
             paths += _sweep_figure(tables[axis]["rows"], axis, ctx.out)
+        constant = quant.run_quant(
+            False, None, {}, results=ctx.store.root, progress=ctx.progress, recipe=CONSTANT_LR
+        )
+        atomic_write_json(ctx.out / CONSTANT_LR_FILE, constant)
+        paths.append(ctx.out / CONSTANT_LR_FILE)
     return paths
 
 

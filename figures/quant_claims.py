@@ -16,10 +16,24 @@ from collections.abc import Callable
 from figures import paper
 from figures.claims import Evidence, Row, claim_row
 
-__all__ = ["ABLATIONS_BY_AXIS", "ABLATIONS_FILE", "ABLATION_CLAIMS", "claims"]
+__all__ = [
+    "ABLATIONS_BY_AXIS",
+    "ABLATIONS_FILE",
+    "ABLATION_CLAIMS",
+    "CONSTANT_LR_FILE",
+    "CONSTANT_LR_SUFFIX",
+    "claims",
+]
 
 ABLATIONS_FILE = "quant_ablations.json"
 """The full build's ablation sweeps: {"vanilla": table, AXIS: table} (`run_ablations`)."""
+
+CONSTANT_LR_FILE = "quant_constant_lr.json"
+"""The full build's `quant-constant-lr` table (`grokbench.quant.recipes.CONSTANT_LR`): the
+encoder recipe at a constant lr, read as `Evidence.quant["constant_lr"]`."""
+
+CONSTANT_LR_SUFFIX = " (constant lr, Gu et al.'s setting)"
+"""Appended to the Table 2 encoder claims read on the constant-lr table."""
 
 _LAB = "`grokbench figures quant` (or `grokbench quant`)"
 
@@ -65,9 +79,13 @@ def _has_outliers(van: dict | None) -> bool:
     return van is not None and van["max_inf_norm"] >= paper.OUTLIER_MIN_INF_NORM
 
 
-def _table2_rows(by, why_missing) -> list[Row]:
+def _table2_rows(by, why_missing, families=None, suffix: str = "") -> list[Row]:
+    """Table 2's rows of `families` (every family by default), each claim ending in `suffix`
+    (the constant-lr table's rows say which table they read)."""
     rows = []
     for family, variants in paper.QUANT_TABLE2.items():
+        if families is not None and family not in families:
+            continue
         van = by.get((family, "vanilla"))
         p_inf, p_kurt, p_fp, p_w8 = variants["vanilla"]
         why = why_missing(family, "vanilla")
@@ -78,7 +96,7 @@ def _table2_rows(by, why_missing) -> list[Row]:
         )
         rows += [
             claim_row(
-                claim=f"{family}: vanilla attention develops activation outliers",
+                claim=f"{family}: vanilla attention develops activation outliers{suffix}",
                 source=paper.QUANT_WHERE,
                 paper=f"max inf-norm {p_inf}, kurtosis {p_kurt}",
                 ours=lambda van=van: (
@@ -90,7 +108,7 @@ def _table2_rows(by, why_missing) -> list[Row]:
                 why=why,
             ),
             claim_row(
-                claim=f"{family}: vanilla W8A8 loses against floating point",
+                claim=f"{family}: vanilla W8A8 loses against floating point{suffix}",
                 source=paper.QUANT_WHERE,
                 paper=f"FP {p_fp} -> W8A8 {p_w8}",
                 ours=lambda van=van: _fp_to_w8a8(van),
@@ -113,7 +131,7 @@ def _table2_rows(by, why_missing) -> list[Row]:
             paper_gap = f_w8 / f_fp - 1
             rows += [
                 claim_row(
-                    claim=f"{family}: {name} cuts the {what}",
+                    claim=f"{family}: {name} cuts the {what}{suffix}",
                     source=paper.QUANT_WHERE,
                     paper=f"{p_val} -> {f_val} ({p_val / f_val:.0f}x lower)",
                     ours=lambda r=r, van=van, key=key, note=note: (
@@ -132,7 +150,7 @@ def _table2_rows(by, why_missing) -> list[Row]:
             ]
             rows += [
                 claim_row(
-                    claim=f"{family}: {name} keeps FP perplexity level with vanilla",
+                    claim=f"{family}: {name} keeps FP perplexity level with vanilla{suffix}",
                     source=paper.QUANT_WHERE,
                     paper=f"FP {p_fp} -> {f_fp}",
                     ours=lambda r=r, van=van, note=note: (
@@ -146,7 +164,8 @@ def _table2_rows(by, why_missing) -> list[Row]:
                     why=why,
                 ),
                 claim_row(
-                    claim=f"{family}: {name} quantizes to W8A8 close to FP, where vanilla loses",
+                    claim=f"{family}: {name} quantizes to W8A8 close to FP, where vanilla "
+                    f"loses{suffix}",
                     source=paper.QUANT_WHERE,
                     paper=f"FP {f_fp} -> W8A8 {f_w8} ({100 * paper_gap:+.1f}%)",
                     ours=lambda r=r, note=note: _fp_to_w8a8(r) + note,
@@ -582,8 +601,8 @@ def _ablation_rows(table) -> list[Row]:
 
 
 def claims(evidence: Evidence) -> list[Row]:
-    """Table 2, Sec. 3's delimiters, the OPT clipped-softmax result, Tables 5 and 10, and the
-    ablations."""
+    """Table 2, Sec. 3's delimiters, the OPT clipped-softmax result, Tables 5 and 10, Table
+    2's encoder rows at a constant lr, and the ablations (last)."""
     table = evidence.quant
     by = _rows_by(table)
 
@@ -595,4 +614,18 @@ def claims(evidence: Evidence) -> list[Row]:
     rows = [*_table2_rows(by, why_missing), *_delimiter_rows(by, why_missing)]
     rows += [_opt_clipped_row(by, why_missing)]
     rows += _table5_rows(by, why_missing) + _table10_rows(by, why_missing)
-    return rows + _ablation_rows(table)
+    return rows + _constant_lr_rows(table) + _ablation_rows(table)
+
+
+def _constant_lr_rows(table) -> list[Row]:
+    """Table 2's encoder rows again on the full build's constant-lr table (issue 44: the
+    schedule's ablation, run A's setting), reported beside the recipe's whatever they show."""
+    constant = (table or {}).get("constant_lr")
+    by = _rows_by(constant)
+
+    def why_missing(family: str, variant: str) -> str:
+        if constant is None:
+            return f"the full build runs it (`grokbench figures quant`; {CONSTANT_LR_FILE})"
+        return f"no {family} {variant} row in {CONSTANT_LR_FILE}"
+
+    return _table2_rows(by, why_missing, families=("encoder",), suffix=CONSTANT_LR_SUFFIX)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from figures import registry
 from figures._common import Context
 from figures.claims import FAILS, HOLDS, NOT_TESTED, Evidence, Row
-from figures.quant import ABLATIONS_FILE
+from figures.quant import ABLATIONS_FILE, CONSTANT_LR_FILE
 from grokbench.store import atomic_write_bytes
 
 __all__ = ["count", "evaluate", "evidence", "format_counts", "markdown", "sections", "write"]
@@ -41,6 +41,9 @@ def evidence(ctx: Context) -> Evidence:
     ablations = ctx.out / ABLATIONS_FILE  # the full build's sweeps (quick scale)
     if table is not None and not ctx.quick and ablations.is_file():
         table = {**table, "ablations": json.loads(ablations.read_text())}
+    constant = ctx.out / CONSTANT_LR_FILE  # the full build's constant-lr table
+    if table is not None and not ctx.quick and constant.is_file():
+        table = {**table, "constant_lr": json.loads(constant.read_text())}
     bench = ctx.out / BENCH_FILE
     return Evidence(
         scale=ctx.scale,

@@ -23,6 +23,7 @@ __all__ = [
     "ADDED_FIELDS",
     "BERT_GAMMA",
     "BIT_CONFIGS",
+    "MECHANISMS",
     "VARIANTS",
     "QuantConfig",
     "parse_bit_list",
@@ -42,9 +43,31 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "gated_mlp": ("softmax", "mlp"),
     "gated_all_heads": ("softmax", "all_heads"),
     "clipped_gated": ("clipped", "linear"),
+    "off_by_one": ("off_by_one", "none"),
+    "sink": ("sink", "none"),
+    "sigmoid": ("sigmoid", "none"),
+    "softpick": ("softpick", "none"),
+    "gated_output": ("softmax", "elementwise"),
 }
-"""Variant name -> (softmax, gate): the paper's vanilla, clipped softmax, gated attention with
-its three gates, and clipped softmax with a linear gate (the combination the paper never tried)."""
+"""Variant name -> (normalizer, gate): the paper's vanilla, clipped softmax, gated attention with
+its three gates, and clipped softmax with a linear gate (the combination the paper never tried);
+then the mechanisms later models use to let a head do nothing (`MECHANISMS`): softmax off by
+one, a learned sink logit per head (GPT-OSS), sigmoid attention with its -log n bias, softpick,
+and the elementwise output gate (Qwen3-Next). `tasks.quant._attention` defines each."""
+
+MECHANISMS: tuple[str, ...] = (
+    "vanilla",
+    "clipped",
+    "gated_mlp",
+    "gated_all_heads",
+    "off_by_one",
+    "sink",
+    "sigmoid",
+    "softpick",
+    "gated_output",
+)
+"""The mechanisms table's variants (docs/quant.md): vanilla, the paper's two fixes on the
+encoder (clipped softmax, the MLP gate) and its headwise all-heads gate, then the five others."""
 
 BIT_CONFIGS: tuple[str, ...] = ("W8A8", "W6A8", "W4A8", "W6A6")
 """The paper's bit widths: Table 2 (W8A8) and Table 10 (W6A8, W4A8, W6A6)."""
@@ -244,8 +267,15 @@ class QuantConfig:
 
     @property
     def gate(self) -> str:
-        """The variant's gate ('none', 'linear', 'mlp', 'all_heads')."""
+        """The variant's gate ('none', 'linear', 'mlp', 'all_heads', 'elementwise')."""
         return VARIANTS[self.variant][1]
+
+    @property
+    def normalizer(self) -> str:
+        """How the variant's scores become weights (`tasks.quant._attention.NORMALIZERS`);
+        'softmax' for vanilla, clipped softmax (its gamma and zeta) and the gates."""
+        kind = VARIANTS[self.variant][0]
+        return "softmax" if kind == "clipped" else kind
 
     def model_config(self, vocab_size: int) -> QuantModelConfig:
         """The architecture for `tasks.quant.quant_model_apply`."""
@@ -258,6 +288,7 @@ class QuantConfig:
             n_heads=self.n_heads,
             d_ffn=self.d_ffn,
             gate=self.gate,
+            normalizer=self.normalizer,
         )
 
     def to_dict(self) -> dict[str, Any]:

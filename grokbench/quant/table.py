@@ -48,6 +48,11 @@ _LABELS = {
     "gated_mlp": "Gated attention (MLP)",
     "gated_all_heads": "Gated attention (all-heads linear)",
     "clipped_gated": "Clipped softmax + gated (linear)",
+    "off_by_one": "Softmax off by one",
+    "sink": "Learned sink logit",
+    "sigmoid": "Sigmoid attention",
+    "softpick": "Softpick",
+    "gated_output": "Output gate (elementwise)",
 }
 
 
@@ -92,10 +97,18 @@ def quant_configs(
 
 
 def sweep_axes(configs: Sequence[QuantConfig]) -> tuple[str, ...]:
-    """The fields other than family and variant whose value differs between `configs`: the
-    swept ones, which label each row."""
+    """The fields other than family and variant whose value differs between `configs` of one
+    family: the swept ones, which label each row (the recipe's per-family settings, such as
+    the encoder's corpus and steps, are not a sweep)."""
     fields = [f.name for f in dataclasses.fields(QuantConfig) if f.name not in _NOT_AXES]
-    return tuple(k for k in fields if len({getattr(c, k) for c in configs}) > 1)
+    families: dict[str, list[QuantConfig]] = {}
+    for c in configs:
+        families.setdefault(c.family, []).append(c)
+    return tuple(
+        k
+        for k in fields
+        if any(len({getattr(c, k) for c in group}) > 1 for group in families.values())
+    )
 
 
 _NOT_AXES = ("family", "variant")

@@ -1,4 +1,5 @@
-"""Attention variants of the quantization lab: vanilla, clipped softmax, gated, both.
+"""Attention variants of the quantization lab: the paper's (vanilla, clipped softmax, gated,
+both) and the mechanisms that let a head do nothing which later models use.
 
 Shape letters: B batch, T positions, D d_model, H heads, E d_head = D / H, N gate MLP width.
 
@@ -11,6 +12,30 @@ Shape letters: B batch, T positions, D d_model, H heads, E d_head = D / H, N gat
   default), 'mlp' E -> N -> 1 (ReLU), or 'all_heads' one linear D -> H. The last bias
   starts at logit(pi_init), weights ~ N(0, 0.02^2), so pi starts near pi_init (exactly
   pi_init for an input of zeros).
+
+The normalizers (`NORMALIZERS`; every one maps the scores (B, H, T, T) to weights in [0, 1]):
+
+- 'softmax': the paper's vanilla and clipped softmax above.
+- 'off_by_one': softmax with one more term, a zero logit, in the denominator,
+  e^x_i / (1 + sum_j e^x_j) (Miller's "softmax off by one"; flaxformer's `softmax1`): a
+  row can put its mass on nothing by making every score negative. Computed as the lab's
+  fixed softmax over the scores with a zero column appended, that column then dropped.
+- 'sink': the same with a learned logit s_h per head in place of the zero (GPT-OSS's
+  attention sinks): e^x_i / (e^s_h + sum_j e^x_j); s starts at 0 (off by one at init),
+  has no weight decay and is not quantized (a bias-like vector).
+- 'sigmoid': sigmoid(x_ij - log n) per entry, n the number of keys (the sequence length T),
+  no normalization over the keys (Ramapuram et al. 2024's sigmoid attention with their
+  b = -log n): each weight is independent, so a head does nothing by making them all small.
+- 'softpick': relu(e^x_i - 1) / (sum_j |e^x_j - 1| + 1e-8) (Zuhri et al. 2025, their
+  reference code's eps, computed from x - max as they do): scores <= 0 give exact zeros
+  and the row need not sum to 1.
+
+The elementwise output gate ('elementwise', Qwen3-Next; Qiu et al. 2025's G1 position):
+each head's output, entry by entry, times sigmoid(x W + b) with W (D, D), x the attention
+input. Its headwise form, one sigmoid(x w_h + b_h) per head from all of x, is the paper's
+'all_heads' gate; the paper's default 'linear' gate reads only the head's own slice of x.
+Qwen3-Next draws the gate from its query projection without a bias; the lab gives it the
+bias logit(pi_init) as its other gates, which at the encoder's pi_init 0.5 is that bias, 0.
 """
 
 from __future__ import annotations
@@ -24,8 +49,15 @@ import numpy as np
 
 import numerics
 
-GATES: tuple[str, ...] = ("none", "linear", "mlp", "all_heads")
-"""Gates: none (plain attention), per-head linear, per-head MLP, all-heads linear."""
+GATES: tuple[str, ...] = ("none", "linear", "mlp", "all_heads", "elementwise")
+"""Gates: none (plain attention), per-head linear, per-head MLP, all-heads linear, and the
+elementwise output gate (Qwen3-Next)."""
+
+NORMALIZERS: tuple[str, ...] = ("softmax", "off_by_one", "sink", "sigmoid", "softpick")
+"""How scores become attention weights (module docstring); 'softmax' covers clipped softmax."""
+
+SOFTPICK_EPS = 1e-8
+"""Softpick's denominator guard, its reference code's value (only an all-zero row needs it)."""
 
 Tap = Callable[[str, jax.Array], jax.Array]
 """A hook `tap(name, x) -> x` called on every tensor the PTQ simulation quantizes."""
@@ -60,6 +92,8 @@ def gate_shapes(gate: str, d_model: int, n_heads: int, hidden: int) -> dict[str,
         }
     if gate == "all_heads":
         return {"gate.w": (d_model, n_heads), "gate.b": (n_heads,)}
+    if gate == "elementwise":
+        return {"gate.w": (d_model, d_model), "gate.b": (d_model,)}
     raise ValueError(f"gate must be one of {', '.join(GATES)}; got {gate!r}")
 
 
@@ -91,9 +125,9 @@ def _block_diag(w_HxExN: jax.Array) -> jax.Array:
 
 
 def gate_logits(p: dict[str, jax.Array], prefix: str, gate: str, x_BxTxD: jax.Array) -> jax.Array:
-    """Gate logits (B, T, H) from the attention input."""
+    """Gate logits (B, T, H) from the attention input; (B, T, D) for the elementwise gate."""
     b = p[prefix + "gate.b"][None, None, :]
-    if gate == "all_heads":
+    if gate in ("all_heads", "elementwise"):
         return x_BxTxD @ p[prefix + "gate.w"] + b
     if gate == "linear":
         return x_BxTxD @ _block_diag(p[prefix + "gate.w"][:, :, None]) + b
@@ -102,6 +136,54 @@ def gate_logits(p: dict[str, jax.Array], prefix: str, gate: str, x_BxTxD: jax.Ar
         hid = jax.nn.relu(hid + p[prefix + "gate.b1"].reshape(1, 1, -1))
         return hid @ _block_diag(p[prefix + "gate.w2"][:, :, None]) + b
     raise ValueError(f"gate {gate!r} has no logits")
+
+
+def attention_weights(
+    scores_BxHxTxT: jax.Array,
+    normalizer: str,
+    gamma: jax.Array,
+    zeta: jax.Array,
+    mask_1x1xTxT: jax.Array | None,
+    sink_H: jax.Array | None = None,
+) -> jax.Array:
+    """The attention weights (B, H, T, T) from the scores by `normalizer` (module docstring).
+
+    Masked entries (`mask_1x1xTxT` False) get exactly 0 in every normalizer; the sink's and
+    off-by-one's extra logit is never masked. `sink_H` is the per-head sink logit ('sink'
+    only); gamma and zeta are clipped softmax's ('softmax' only: 0 and 1 give the softmax).
+    """
+    if normalizer == "softmax":
+        # gamma = 0, zeta = 1 is the plain softmax bit for bit (see the module docstring).
+        return numerics.clipped_softmax(scores_BxHxTxT, gamma, zeta, where=mask_1x1xTxT)
+    b_, h_, tq, tk = scores_BxHxTxT.shape
+    if normalizer in ("off_by_one", "sink"):
+        if normalizer == "sink":
+            if sink_H is None:
+                raise ValueError("the 'sink' normalizer needs the per-head sink logits")
+            extra = jnp.broadcast_to(
+                sink_H.astype(scores_BxHxTxT.dtype)[None, :, None, None], (b_, h_, tq, 1)
+            )
+        else:
+            extra = jnp.zeros((b_, h_, tq, 1), scores_BxHxTxT.dtype)
+        wide = jnp.concatenate([scores_BxHxTxT, extra], axis=-1)
+        where = None
+        if mask_1x1xTxT is not None:
+            keep = jnp.ones((*mask_1x1xTxT.shape[:-1], 1), bool)
+            where = jnp.concatenate([mask_1x1xTxT, keep], axis=-1)
+        return numerics.softmax(wide, axis=-1, where=where)[..., :tk]
+    if normalizer == "sigmoid":
+        weights = jax.nn.sigmoid(scores_BxHxTxT - np.float32(math.log(tk)))
+        return weights if mask_1x1xTxT is None else jnp.where(mask_1x1xTxT, weights, 0.0)
+    if normalizer == "softpick":
+        x = scores_BxHxTxT
+        if mask_1x1xTxT is not None:
+            x = jnp.where(mask_1x1xTxT, x, -jnp.inf)
+        m = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))  # the reference detaches it
+        shifted = jnp.exp(x - m) - jnp.exp(-m)  # e^-m (e^x - 1)
+        kept = jnp.isfinite(x)
+        denom = jnp.sum(jnp.where(kept, jnp.abs(shifted), 0.0), axis=-1, keepdims=True)
+        return jnp.where(kept, jax.nn.relu(shifted), 0.0) / (denom + np.float32(SOFTPICK_EPS))
+    raise ValueError(f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}")
 
 
 def attention(
@@ -114,8 +196,10 @@ def attention(
     zeta: jax.Array,
     mask_1x1xTxT: jax.Array | None,
     tap: Tap,
+    normalizer: str = "softmax",
 ) -> tuple[jax.Array, jax.Array]:
-    """Multi-head self-attention with clipped softmax and optional gate: (output, probs BxHxTxT).
+    """Multi-head self-attention with its normalizer (clipped softmax by default) and optional
+    gate: (output, weights BxHxTxT).
 
     Taps (quantized under PTQ): q, k, v, scores (before the mask, as the paper's code),
     probs, gate (the probabilities pi), context (after the gate), attn_out.
@@ -134,12 +218,15 @@ def attention(
     v = heads(tap(prefix + "v", dense("v", x_BxTxD)))
     scores = jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.float32(math.sqrt(e_)).astype(q.dtype)
     scores = tap(prefix + "scores", scores)
-    # gamma = 0, zeta = 1 is the plain softmax bit for bit (see the module docstring).
-    probs = numerics.clipped_softmax(scores, gamma, zeta, where=mask_1x1xTxT)
+    sink = p.get(prefix + "sink") if normalizer == "sink" else None
+    probs = attention_weights(scores, normalizer, gamma, zeta, mask_1x1xTxT, sink)
     probs = tap(prefix + "probs", probs)
     ctx_BxTxHxE = jnp.einsum("bhqk,bkhe->bqhe", probs, v)
     if gate != "none":
-        pi_BxTxH = tap(prefix + "gate", jax.nn.sigmoid(gate_logits(p, prefix, gate, x_BxTxD)))
-        ctx_BxTxHxE = ctx_BxTxHxE * pi_BxTxH[:, :, :, None]
+        pi = tap(prefix + "gate", jax.nn.sigmoid(gate_logits(p, prefix, gate, x_BxTxD)))
+        if gate == "elementwise":  # (B, T, D): one gate per output entry
+            ctx_BxTxHxE = ctx_BxTxHxE * pi.reshape(b_, t_, n_heads, e_)
+        else:  # (B, T, H): one gate per head
+            ctx_BxTxHxE = ctx_BxTxHxE * pi[:, :, :, None]
     ctx = tap(prefix + "context", ctx_BxTxHxE.reshape(b_, t_, d_))
     return tap(prefix + "attn_out", dense("o", ctx)), probs

@@ -26,6 +26,7 @@ import numpy as np
 import numerics
 from tasks.quant._attention import (
     GATES,
+    NORMALIZERS,
     Tap,
     attention,
     gate_init,
@@ -60,13 +61,18 @@ class QuantModelConfig:
     d_model: int = 64  # D
     n_heads: int = 4  # H; d_head = D / H
     d_ffn: int | None = None  # None -> 4 * d_model (BERT, OPT)
-    gate: str = "none"  # 'none', 'linear' (the paper's default), 'mlp', 'all_heads'
+    gate: str = "none"  # 'none', 'linear' (the paper's default), 'mlp', 'all_heads', 'elementwise'
+    normalizer: str = "softmax"  # scores -> weights: tasks.quant._attention.NORMALIZERS
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {self.family!r}")
         if self.gate not in GATES:
             raise ValueError(f"gate must be one of {', '.join(GATES)}; got {self.gate!r}")
+        if self.normalizer not in NORMALIZERS:
+            raise ValueError(
+                f"normalizer must be one of {', '.join(NORMALIZERS)}; got {self.normalizer!r}"
+            )
         for name in ("vocab_size", "seq_len", "n_layers", "d_model", "n_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -105,6 +111,8 @@ class QuantModelConfig:
                 shapes[f"{pre}{ln}.scale"], shapes[f"{pre}{ln}.bias"] = (d,), (d,)
             gate = gate_shapes(self.gate, d, self.n_heads, self.gate_width)
             shapes |= {pre + name: shape for name, shape in gate.items()}
+            if self.normalizer == "sink":  # one learned logit per head, 0 at init
+                shapes[pre + "sink"] = (self.n_heads,)
         shapes |= {"head.w": (d, v), "head.b": (v,)}
         return shapes
 
@@ -271,7 +279,9 @@ def _apply(params, tokens_BxT, segments_BxT, cfg, gamma, zeta, tap, bos_noise_Bx
             return tap(pre + "ffn_out", _dense(a, p[pre + "w2"], p[pre + "b2"]))
 
         def attn(x: jax.Array, pre: str = pre) -> jax.Array:
-            out, _ = attention(p, pre, x, cfg.n_heads, cfg.gate, gamma, zeta, mask, tap)
+            out, _ = attention(
+                p, pre, x, cfg.n_heads, cfg.gate, gamma, zeta, mask, tap, cfg.normalizer
+            )
             return out
 
         if cfg.family == "encoder":  # post-LN (BERT)

@@ -159,7 +159,9 @@ def _outlier_stats(cfg, seen, metric_names, tokens_BxT, delim_V, special_V) -> d
             jnp.sum(jnp.broadcast_to(causal, probs.shape), axis=(0, 2, 3)).astype(jnp.float32)
         )
         if cfg.gate != "none":
-            gates.append(jnp.sum(jnp.mean(seen[f"l{i}.gate"], axis=1), axis=0))
+            pi = seen[f"l{i}.gate"]  # (B, T, H), or (B, T, D) for the elementwise gate
+            pi = pi.reshape(*pi.shape[:2], cfg.n_heads, -1).mean(axis=-1)  # per head
+            gates.append(jnp.sum(jnp.mean(pi, axis=1), axis=0))
         example_probs.append(probs[0])
     stats |= {
         "outlier_dims": jnp.stack(dims),  # (L, D)

@@ -563,7 +563,12 @@ def _fig7_case(good: bool) -> Callable:
 
 def _quant_case(good: bool = True, vanilla: bool = True) -> Callable:
     return lambda mp: Evidence(
-        "full", quant={**_quant(good, vanilla), "ablations": _ablations(good)}
+        "full",
+        quant={
+            **_quant(good, vanilla),
+            "ablations": _ablations(good),
+            "constant_lr": _quant(good, vanilla),
+        },
     )
 
 
@@ -1156,13 +1161,18 @@ def test_quant_missing_variant_is_a_not_tested_row():
     assert all("full build" in r.note for r in good if r.status == NOT_TESTED)  # the sweeps
 
 
+def _recipe_rows(rows):
+    """The rows read on the recipe's table (not the full build's constant-lr table)."""
+    return [r for r in rows if not r.claim.endswith(quant_claims.CONSTANT_LR_SUFFIX)]
+
+
 def test_quant_premises():
     # Where vanilla does not lose at W8A8, "close to FP" is not tested; the OPT clipped row
     # is the paper's claim and has no premise.
     table = _quant()
     for r in table["rows"]:
         r["w8a8_perplexity"] = r["fp_perplexity"]
-    rows = quant.claims(Evidence("quick", quant=table))
+    rows = _recipe_rows(quant.claims(Evidence("quick", quant=table)))
     close = [r for r in rows if "close to FP" in r.claim]
     assert close and all(r.status == NOT_TESTED and "premise" in r.note for r in close)
     opt = next(r for r in rows if r.claim.startswith("decoder: clipped softmax fails"))
@@ -1171,7 +1181,7 @@ def test_quant_premises():
     # came after the result.
     for r in table["rows"]:
         r["max_inf_norm"] = 3.0
-    rows = quant.claims(Evidence("quick", quant=table))
+    rows = _recipe_rows(quant.claims(Evidence("quick", quant=table)))
     cuts = [r for r in rows if " cuts the " in r.claim]
     assert cuts and all(r.status == NOT_TESTED and "premise" in r.note for r in cuts)
     assert all("added after" in r.note for r in cuts)
@@ -1208,6 +1218,42 @@ def test_full_build_report_reads_the_ablation_sweeps(tmp_path):
     assert [r.status for r in rows] == [HOLDS] * n
     quick = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
     assert report.evidence(quick).quant is None  # a full table is not the quick build's
+
+
+def test_full_build_report_reads_the_constant_lr_table(tmp_path):
+    """Table 2's encoder rows again on quant_constant_lr.json, named as such; without the
+    file they are not tested and say the full build makes it; a vanilla without outliers
+    there is its own premise, not the recipe table's."""
+    (tmp_path / "quant_table.json").write_text(json.dumps({**_quant(), "quick": False}))
+    full = Context(quick=False, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
+
+    def constant_rows():
+        return [
+            r
+            for r in quant.claims(report.evidence(full))
+            if r.claim.endswith(quant_claims.CONSTANT_LR_SUFFIX)
+        ]
+
+    missing = constant_rows()
+    assert len(missing) == 10  # 2 vanilla rows + 2 fixes x 4, the encoder's only
+    assert all(r.claim.startswith("encoder: ") for r in missing)
+    assert all(r.status == NOT_TESTED and "full build runs it" in r.note for r in missing)
+    (tmp_path / quant.CONSTANT_LR_FILE).write_text(json.dumps({**_quant(), "quick": False}))
+    assert [r.status for r in constant_rows()] == [HOLDS] * 10
+    weak = _quant()
+    for r in weak["rows"]:
+        r["max_inf_norm"] = 3.0
+    (tmp_path / quant.CONSTANT_LR_FILE).write_text(json.dumps({**weak, "quick": False}))
+    rows = {r.claim: r for r in constant_rows()}
+    assert (
+        rows[
+            "encoder: vanilla attention develops activation outliers"
+            + quant_claims.CONSTANT_LR_SUFFIX
+        ].status
+        == FAILS
+    )
+    recipe = {r.claim: r for r in quant.claims(report.evidence(full))}
+    assert recipe["encoder: vanilla attention develops activation outliers"].status == HOLDS
 
 
 # --- the claims on real (shrunken) runs ----------------------------------------------------------

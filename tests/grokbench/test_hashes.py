@@ -52,6 +52,8 @@ def _quant_fields() -> list[dict]:
     configs = quant.quant_configs(False) + quant.quant_configs(True)
     for recipe in quant.ABLATIONS.values():
         configs += quant.quant_configs(True, None, recipe)
+    for name in ("quant-constant-lr", "quant-mechanisms"):  # full scale: new runs of issue 44
+        configs += quant.quant_configs(False, None, quant.QUANT_RECIPES[name])
     default = QuantConfig().to_dict()
     return [{k: v for k, v in c.to_dict().items() if v != default[k]} for c in configs]
 

@@ -72,7 +72,9 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
 
     # A damaged record (a truncated params.npz, as a kill between writes could leave without
     # the store's atomic writes) is detected and redone; the other run is still loaded.
-    damaged = results / "quant" / "train" / QuantConfig(**TINY_FIELDS).train_hash() / "params.npz"
+    vanilla = quant_configs(False, parse_quant_overrides(TINY))[0]  # with the recipe's corpus
+    assert vanilla.variant == "vanilla"
+    damaged = results / "quant" / "train" / vanilla.train_hash() / "params.npz"
     damaged.write_bytes(damaged.read_bytes()[:100])
     redone = run_quant(False, None, TINY, results=results, progress=False)["rows"]
     assert redone[0]["train_seconds"] != rows[0]["train_seconds"]
