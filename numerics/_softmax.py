@@ -274,6 +274,111 @@ def _softmax_jvp(primals, tangents):
     return p, _tangent(p, tangents[0], x, mask, False)
 
 
+def _sink_parts(x: jax.Array, sink: jax.Array, mask: jax.Array | None):
+    """(shifted, sink_shift, e, e_sink, S_others) of the row with the sink as one more
+    logit, in the compute dtype (`compute_dtype`); `sink` is (..., 1) there already.
+
+    The max M = max(max x, sink) may be the sink's; each shift is exactly 0 at M. The
+    two sums of `sum_of_others` take the sink's term after the row's own sums (a maximum
+    sink's e^0 = 1 goes to the total only, as a maximum entry's does), so S_others never
+    holds the max's 1 whichever of the row and the sink holds it. A sink of -inf adds an
+    exact 0 to each sum: the row's sums, and so its outputs, are the plain softmax's bit
+    for bit.
+    """
+    z = _kept_logits(x, mask)
+    top = jnp.maximum(jnp.max(z, axis=-1, keepdims=True), sink)
+    zero, live = jnp.zeros((), z.dtype), top > -jnp.inf
+    shifted = jnp.where((z == top) & live, zero, z - top)
+    sink_shift = jnp.where((sink == top) & live, zero, sink - top)
+    e = jax.lax.optimization_barrier(jnp.exp(shifted))  # as `softmax_last`
+    e_sink = jnp.exp(sink_shift)
+    total = jnp.sum(e, axis=-1, keepdims=True) + e_sink
+    below = jnp.sum(e * off_max(-shifted), axis=-1, keepdims=True)
+    below = below + e_sink * off_max(-sink_shift)
+    s_others = jnp.where(total < 2, below, total - 1)
+    return shifted, sink_shift, e, e_sink, s_others
+
+
+def _with_sink_column(out: jax.Array, last: jax.Array, x: jax.Array, mask, fill: float):
+    """[out (masked entries `fill`), last] in x's dtype: the K outputs and the sink's."""
+    return jnp.concatenate([_kept(out, x, mask, fill), last.astype(x.dtype)], axis=-1)
+
+
+@jax.custom_jvp
+def softmax_sink_last(x: jax.Array, sink: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """[p_1 .. p_K, P_sink] over the last axis, (..., K + 1) in x's dtype:
+    e^shift / (1 + S_others) for each entry and the sink, as `softmax_last`."""
+    _, sink_shift, e, e_sink, s_others = _sink_parts(x, sink, mask)
+    hi, lo = one_plus(s_others)
+    return _with_sink_column(_divide(e, hi, lo), _divide(e_sink, hi, lo), x, mask, 0.0)
+
+
+@jax.custom_jvp
+def log_softmax_sink_last(x: jax.Array, sink: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """[log p_1 .. log p_K, log P_sink], (..., K + 1) in x's dtype: shift - log1p(S_others)."""
+    shifted, sink_shift, _, _, s_others = _sink_parts(x, sink, mask)
+    norm = log1p_of_sum(s_others)
+    return _with_sink_column(shifted - norm, sink_shift - norm, x, mask, -jnp.inf)
+
+
+def _sink_tangent(p, dx, dsink, x, sink, mask, log: bool) -> jax.Array:
+    """The tangent of (log_)softmax_sink_last: `_tangent`'s rule on the row [x, sink] of
+    K + 1 logits, probabilities p = [p, P_sink], centred on its max (which may be the
+    sink), and the tangent [dx, dsink]; (..., K + 1), masked entries 0.
+
+    With d = [dx, dsink] - (that at the max), d log p_k = d_k - sum_j p_j d_j - P_sink
+    d_sink over the row's j: the sink's own derivatives, d log p_k / d sink = -P_sink and
+    d p_k / d sink = -p_k P_sink, are the K + 1-th column's of the plain rule, and no
+    1 - p is formed for a dominant entry or a dominant sink.
+    """
+    ctype = compute_dtype(x.dtype)
+    z = jnp.concatenate([_kept_logits(x, mask), sink.astype(ctype)], axis=-1)
+    full = jnp.concatenate([dx.astype(ctype), dsink.astype(ctype)], axis=-1)
+    p, i_max = p.astype(ctype), max_index(z, None)
+    if log:
+        dy = centred_tangent(p, full, i_max)
+    else:  # as `_tangent`, whose transpose centres the cotangent too
+        v = p * (full - jnp.take_along_axis(full, i_max, axis=-1))
+        t = v - p * jnp.sum(v, axis=-1, keepdims=True)
+        dy = add_along_rows(t, i_max, -jnp.sum(t, axis=-1, keepdims=True))
+    dy = dy.astype(x.dtype)
+    if mask is None:
+        return dy
+    kept = jnp.concatenate([mask, jnp.ones(mask.shape[:-1] + (1,), bool)], axis=-1)
+    return jnp.where(kept, dy, jnp.zeros((), dy.dtype))
+
+
+@softmax_sink_last.defjvp
+def _softmax_sink_jvp(primals, tangents):
+    x, sink, mask = primals
+    p = softmax_sink_last(x, sink, mask)
+    return p, _sink_tangent(p, tangents[0], tangents[1], x, sink, mask, False)
+
+
+@log_softmax_sink_last.defjvp
+def _log_softmax_sink_jvp(primals, tangents):
+    x, sink, mask = primals
+    p = softmax_sink_last(x, sink, mask)  # p directly, as `_log_softmax_jvp`
+    tangent = _sink_tangent(p, tangents[0], tangents[1], x, sink, mask, True)
+    return log_softmax_sink_last(x, sink, mask), tangent
+
+
+def over_classes_with_sink(fn, x: ArrayLike, axis, where, sink: ArrayLike) -> jax.Array:
+    """`over_classes` for fn(x, sink, mask) -> (..., K + 1) of `softmax_sink_last`'s kind:
+    checks `sink` too (`_validate.sink_logits`), hands it to fn as (..., 1) in the compute
+    dtype, and drops the sink's column."""
+    x = _validate.float_array(x, "x", float8=True)
+    axes = _validate.class_axes(x, axis, "x")
+    mask = _validate.entry_mask(where, x.shape)
+    sink = _validate.sink_logits(sink, x.shape, axes).astype(compute_dtype(x.dtype))
+    if x.size == 0:
+        return x
+    flat = _validate.classes_last(x, axes)
+    mask = None if mask is None else _validate.classes_last(mask, axes)
+    out = fn(flat, sink[..., None], mask)[..., :-1]
+    return _validate.classes_back(out, axes, x.shape)
+
+
 def over_classes(
     fn, x: ArrayLike, axis, where: ArrayLike | None, float8: bool = False
 ) -> jax.Array:
@@ -290,7 +395,13 @@ def over_classes(
     return _validate.classes_back(fn(flat, mask), axes, x.shape)
 
 
-def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
+def log_softmax(
+    x: ArrayLike,
+    axis: Axis = -1,
+    where: ArrayLike | None = None,
+    *,
+    sink: ArrayLike | None = None,
+) -> jax.Array:
     r"""Log-softmax that stays accurate when one entry dominates (Softmax Collapse fix).
 
     With shifted_k = x_k - max x and S_others the sum of e^shifted_k over every entry
@@ -335,14 +446,24 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
       axis: the class axis, a tuple of axes normalised over together (as
         `jax.nn.log_softmax`), or None for all axes.
       where: optional boolean mask broadcastable to `x`; False entries are left out.
+      sink: optional sink logit s, one more term e^s in each row's denominator whose
+        own entry is dropped: log(e^x_k / (e^s + sum_j e^x_j)). See `softmax`.
 
     Returns:
       An array of the shape and dtype of `x`.
     """
-    return over_classes(log_softmax_last, x, axis, where, float8=True)
+    if sink is None:
+        return over_classes(log_softmax_last, x, axis, where, float8=True)
+    return over_classes_with_sink(log_softmax_sink_last, x, axis, where, sink)
 
 
-def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
+def softmax(
+    x: ArrayLike,
+    axis: Axis = -1,
+    where: ArrayLike | None = None,
+    *,
+    sink: ArrayLike | None = None,
+) -> jax.Array:
     r"""Softmax whose small probabilities and dominant-entry gradient survive the cliff.
 
     p_k = e^shifted_k / (1 + S_others) with shifted_k and S_others as in
@@ -373,8 +494,17 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
       x: floating-point logits, any shape.
       axis: the class axis, a tuple of axes, or None for all axes.
       where: optional boolean mask broadcastable to `x`.
+      sink: optional sink logit s: one more term in each row's denominator,
+        e^x_k / (e^s + sum_j e^x_j), whose own probability e^s / (...) is dropped (the
+        outputs sum to 1 - P_sink). 0.0 is softmax off by one (Miller's softmax_1), a
+        learned array per head GPT-OSS's attention sinks, -inf the plain softmax bit for
+        bit. A Python number, or a floating-point array broadcastable to `x`'s shape
+        without the class axes (one logit per row: (H, 1) against scores (B, H, Q, K)),
+        or with them kept as size 1 ((1, H, 1, 1)). None: no sink.
 
     Returns:
       Probabilities of the shape and dtype of `x`.
     """
-    return over_classes(softmax_last, x, axis, where, float8=True)
+    if sink is None:
+        return over_classes(softmax_last, x, axis, where, float8=True)
+    return over_classes_with_sink(softmax_sink_last, x, axis, where, sink)

@@ -267,3 +267,43 @@ def reduction(
     mask = entry_mask(where, a.shape)
     kept = [(1 if i in axes else n) for i, n in enumerate(shape) if keepdims or i not in axes]
     return a, axes, b, mask, tuple(kept)
+
+
+def sink_logits(sink: ArrayLike, shape: tuple[int, ...], axes: tuple[int, ...]) -> jax.Array:
+    """The sink logit of `numerics.softmax(..., sink=)` broadcast to `shape` without `axes`.
+
+    A Python number (0 for softmax off by one) or a floating-point array that broadcasts
+    to the logits' shape with the class axes removed (per row), or, with as many dimensions
+    as the logits, to their shape with size 1 at the class axes (keepdims: a per-head
+    (1, H, 1, 1) against scores (B, H, Q, K)). Integer and boolean arrays are refused: a
+    sink is a learned logit, and an integer one has no gradient. Raises TypeError for the
+    dtype, ValueError for a shape that does not broadcast, in one line each.
+    """
+    if isinstance(sink, int) and not isinstance(sink, bool):
+        sink = float(sink)  # a Python 0 means the logit 0, not an integer array
+    sink = float_array(sink, "sink", float8=True)
+    batch = tuple(n for a, n in enumerate(shape) if a not in axes)
+    given = sink.shape
+    if sink.ndim == len(shape):
+        if any(sink.shape[a] != 1 for a in axes):
+            raise ValueError(
+                f"sink of shape {sink.shape} has the logits' {len(shape)} dimensions but not "
+                f"size 1 at the class axes {axes}: it must broadcast to {batch} (one logit "
+                f"per row) or, keeping the class axes, to {_keepdims(shape, axes)}."
+            )
+        sink = jnp.squeeze(sink, axis=axes)
+    try:
+        fits = np.broadcast_shapes(sink.shape, batch) == batch
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"sink of shape {given} does not broadcast to the logits' shape {shape} "
+            f"without the class axes, {batch} (one logit per row), nor to "
+            f"{_keepdims(shape, axes)} (class axes kept as 1)."
+        )
+    return jnp.broadcast_to(sink, batch)
+
+
+def _keepdims(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if a in axes else n for a, n in enumerate(shape))

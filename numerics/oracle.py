@@ -666,3 +666,60 @@ def entropy_value_and_grad(logits, axis: int = -1, where=None, *, exact: bool = 
 def entropy(logits, axis: int = -1, where=None, *, exact: bool = False) -> np.ndarray:
     """Reference entropy of softmax(logits) along `axis` (`entropy_value_and_grad`)."""
     return entropy_value_and_grad(logits, axis, where, exact=exact)[0]
+
+
+def _with_sink(x, sink, axis: int, where):
+    """The rows [x, sink] along `axis` (moved last), float64, and their mask (the sink's
+    entry kept), for the sink references: a sink is one more logit whose output is dropped."""
+    x = np.moveaxis(np.asarray(x).astype(np.float64), axis, -1)
+    s = np.broadcast_to(np.asarray(sink).astype(np.float64), x.shape[:-1])[..., None]
+    mask = None
+    if where is not None:
+        kept = np.moveaxis(np.broadcast_to(where, np.moveaxis(x, -1, axis).shape), axis, -1)
+        mask = np.concatenate([kept.astype(bool), np.ones(s.shape, bool)], -1)
+    return np.concatenate([x, s], -1), mask
+
+
+def sink_log_softmax(x, sink, axis: int = -1, where=None, *, exact: bool = False) -> np.ndarray:
+    """Reference log-softmax with a sink logit s: log(e^x_k / (e^s + sum_j e^x_j)).
+
+    `log_softmax` of the row [x, s] without its last entry, exact as that is (differences
+    from the row's max, which may be s, and log1p of the others). `sink` broadcasts to
+    x's shape without `axis`; -inf gives `log_softmax`, 0 softmax off by one.
+    """
+    rows, mask = _with_sink(x, sink, axis, where)
+    return np.moveaxis(log_softmax(rows, -1, mask, exact=exact)[..., :-1], -1, axis)
+
+
+def sink_softmax(x, sink, axis: int = -1, where=None, *, exact: bool = False) -> np.ndarray:
+    """Reference softmax with a sink logit s: e^x_k / (e^s + sum_j e^x_j) (`sink_log_softmax`)."""
+    rows, mask = _with_sink(x, sink, axis, where)
+    return np.moveaxis(softmax(rows, -1, mask, exact=exact)[..., :-1], -1, axis)
+
+
+def sink_probability(x, sink, axis: int = -1, *, exact: bool = False) -> np.ndarray:
+    """Reference P_sink = e^s / (e^s + sum_j e^x_j), the mass the sink softmax drops (x's
+    shape without `axis`)."""
+    rows, _ = _with_sink(x, sink, axis, None)
+    return softmax(rows, -1, exact=exact)[..., -1]
+
+
+def _sink_vjp(vjp, x, sink, cotangent, axis: int, exact: bool):
+    rows, _ = _with_sink(x, sink, axis, None)
+    c = np.moveaxis(np.broadcast_to(np.asarray(cotangent, np.float64), np.shape(x)), axis, -1)
+    c = np.concatenate([c, np.zeros(c.shape[:-1] + (1,))], -1)  # the dropped entry: none
+    grad = vjp(rows, c, -1, exact=exact)
+    return np.moveaxis(grad[..., :-1], -1, axis), grad[..., -1]
+
+
+def sink_softmax_vjp(x, sink, cotangent, axis: int = -1, *, exact: bool = False):
+    """Reference (d/dx, d/dsink) of sum_k c_k p_k for the sink softmax: `softmax_vjp` on the
+    row [x, s] with cotangent [c, 0]; d/dsink = -P_sink sum_k c_k p_k (shape of x without
+    `axis`)."""
+    return _sink_vjp(softmax_vjp, x, sink, cotangent, axis, exact)
+
+
+def sink_log_softmax_vjp(x, sink, cotangent, axis: int = -1, *, exact: bool = False):
+    """Reference (d/dx, d/dsink) of sum_k c_k log p_k for the sink log-softmax:
+    `log_softmax_vjp` on [x, s] with cotangent [c, 0]; d/dsink = -P_sink sum_k c_k."""
+    return _sink_vjp(log_softmax_vjp, x, sink, cotangent, axis, exact)

@@ -24,13 +24,23 @@ from numerics._lm_loss import validate_options
 from numerics._validate import Axis
 
 
-def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
+def log_softmax(
+    x: ArrayLike,
+    axis: Axis = -1,
+    where: ArrayLike | None = None,
+    *,
+    sink: ArrayLike | None = None,
+) -> jax.Array:
     """`jax.nn.log_softmax`: x - max - log(sum(exp(x - max))); 1 + e^-m rounds to 1 past the cliff.
+
+    With `sink`, `jax.nn.log_softmax` of the row [x, sink] without its last entry
+    (`softmax`'s sink form).
 
     Args:
       x: floating-point logits.
       axis: the class axis.
       where: optional boolean mask; masked entries get -inf.
+      sink: optional sink logit, as `numerics.log_softmax`'s.
 
     Returns:
       An array of the shape and dtype of `x`.
@@ -38,16 +48,52 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
     x = _validate.float_array(x, "x", float8=True)
     axes = _validate.class_axes(x, axis, "x")
     where = _validate.entry_mask(where, x.shape)
+    if sink is not None:
+        return _with_sink_column(jax.nn.log_softmax, x, axes, where, sink)
     return jax.nn.log_softmax(x, axis=axes, where=where)
 
 
-def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
+def _with_sink_column(fn, x: jax.Array, axes, where, sink: ArrayLike) -> jax.Array:
+    """fn (jax.nn's softmax or log_softmax) of the rows [x, sink] without the last entry.
+
+    The way GPT-OSS's reference writes its attention sinks (torch.cat of the scores and
+    the sink, softmax, drop the last column) and fused kernels compute them: the sink in
+    the logits' dtype, the max taken over the row and the sink, exp, one sum, divide. Past
+    the precision cliff of the row's margin over the others and the sink, 1 + the others'
+    terms rounds to 1 as in the plain formula.
+    """
+    sink = _validate.sink_logits(sink, x.shape, axes).astype(x.dtype)
+    if x.size == 0:
+        return x
+    flat = _validate.classes_last(x, axes)
+    rows = jnp.concatenate([flat, sink[..., None]], axis=-1)
+    mask = None
+    if where is not None:
+        kept = _validate.classes_last(where, axes)
+        mask = jnp.concatenate([kept, jnp.ones(kept.shape[:-1] + (1,), bool)], axis=-1)
+    out = fn(rows, axis=-1, where=mask)[..., :-1]
+    return _validate.classes_back(out, axes, x.shape)
+
+
+def softmax(
+    x: ArrayLike,
+    axis: Axis = -1,
+    where: ArrayLike | None = None,
+    *,
+    sink: ArrayLike | None = None,
+) -> jax.Array:
     """`jax.nn.softmax`: its backward pass zeroes the dominant entry's gradient past the cliff.
+
+    With `sink`, the sink softmax e^x_k / (e^s + sum_j e^x_j) as kernels write it:
+    `jax.nn.softmax` of the row [x, s] (s in x's dtype) without its last entry. Its value
+    and the sink's gradient hold, but the dominant entry's gradient p_i (1 - p_i) is
+    exactly 0 once the margin to the others and the sink passes the cliff.
 
     Args:
       x: floating-point logits.
       axis: the class axis.
       where: optional boolean mask; masked entries get 0.
+      sink: optional sink logit, as `numerics.softmax`'s.
 
     Returns:
       Probabilities of the shape and dtype of `x`.
@@ -55,6 +101,8 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> ja
     x = _validate.float_array(x, "x", float8=True)
     axes = _validate.class_axes(x, axis, "x")
     where = _validate.entry_mask(where, x.shape)
+    if sink is not None:
+        return _with_sink_column(jax.nn.softmax, x, axes, where, sink)
     return jax.nn.softmax(x, axis=axes, where=where)
 
 
