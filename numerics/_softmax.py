@@ -267,6 +267,28 @@ def _divide(e: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
     return q + remainder / hi
 
 
+def _divide_scaled(e: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """`_divide` that stays within an ulp for tiny quotients too (the sink softmax's).
+
+    The remainder and the partial products of Dekker's product are about q 2^-p (p the
+    significand's bits): for q below 2^(p + 2) smallest normals they are subnormal, which
+    XLA's CPU kernels flush to 0, and a flushed partial product leaves an error of up to a
+    smallest normal in r, up to 2^-p relative to q: thousands of ulps (float32: 1790 ulps
+    at q = 8.6e-35 with hi = 1.13; where hi = 1, as when one entry dominates, hi's low
+    half is 0 and nothing is lost). So an e below 2^(2p + 4) smallest normals (float32
+    2^-74, float64 2^-912) is scaled up by 2^(2p + 4) first and the quotient scaled back,
+    both exact (powers of two; the quotient stays above 2^(p + 2) smallest normals for any
+    hi below 2^(p + 2)); every larger e is multiplied by 1 and gets `_divide`'s quotient
+    bit for bit. The plain `softmax_last` keeps `_divide` (its program is pinned by the
+    golden tests; tests/numerics/test_sink_softmax.py shows the case it loses).
+    """
+    big = 2.0 ** (2 * (jnp.finfo(e.dtype).nmant + 1) + 4)
+    small = e < jnp.finfo(e.dtype).smallest_normal * big
+    one = jnp.ones((), e.dtype)
+    quotient = _divide(e * jnp.where(small, jnp.asarray(big, e.dtype), one), hi, lo)
+    return quotient * jnp.where(small, jnp.asarray(1 / big, e.dtype), one)
+
+
 @softmax_last.defjvp
 def _softmax_jvp(primals, tangents):
     x, mask = primals
@@ -308,9 +330,10 @@ def _with_sink_column(out: jax.Array, last: jax.Array, x: jax.Array, mask, fill:
 def softmax_sink_last(x: jax.Array, sink: jax.Array, mask: jax.Array | None) -> jax.Array:
     """[p_1 .. p_K, P_sink] over the last axis, (..., K + 1) in x's dtype:
     e^shift / (1 + S_others) for each entry and the sink, as `softmax_last`."""
-    _, sink_shift, e, e_sink, s_others = _sink_parts(x, sink, mask)
+    _, _, e, e_sink, s_others = _sink_parts(x, sink, mask)
     hi, lo = one_plus(s_others)
-    return _with_sink_column(_divide(e, hi, lo), _divide(e_sink, hi, lo), x, mask, 0.0)
+    p, p_sink = _divide_scaled(e, hi, lo), _divide_scaled(e_sink, hi, lo)
+    return _with_sink_column(p, p_sink, x, mask, 0.0)
 
 
 @jax.custom_jvp
@@ -344,7 +367,7 @@ def _sink_tangent(p, dx, dsink, x, sink, mask, log: bool) -> jax.Array:
     dy = dy.astype(x.dtype)
     if mask is None:
         return dy
-    kept = jnp.concatenate([mask, jnp.ones(mask.shape[:-1] + (1,), bool)], axis=-1)
+    kept = jnp.concatenate([mask, jnp.ones((*mask.shape[:-1], 1), bool)], axis=-1)
     return jnp.where(kept, dy, jnp.zeros((), dy.dtype))
 
 

@@ -707,7 +707,7 @@ def sink_probability(x, sink, axis: int = -1, *, exact: bool = False) -> np.ndar
 def _sink_vjp(vjp, x, sink, cotangent, axis: int, exact: bool):
     rows, _ = _with_sink(x, sink, axis, None)
     c = np.moveaxis(np.broadcast_to(np.asarray(cotangent, np.float64), np.shape(x)), axis, -1)
-    c = np.concatenate([c, np.zeros(c.shape[:-1] + (1,))], -1)  # the dropped entry: none
+    c = np.concatenate([c, np.zeros((*c.shape[:-1], 1))], -1)  # the dropped entry: none
     grad = vjp(rows, c, -1, exact=exact)
     return np.moveaxis(grad[..., :-1], -1, axis), grad[..., -1]
 

@@ -70,7 +70,7 @@ def _with_sink_column(fn, x: jax.Array, axes, where, sink: ArrayLike) -> jax.Arr
     mask = None
     if where is not None:
         kept = _validate.classes_last(where, axes)
-        mask = jnp.concatenate([kept, jnp.ones(kept.shape[:-1] + (1,), bool)], axis=-1)
+        mask = jnp.concatenate([kept, jnp.ones((*kept.shape[:-1], 1), bool)], axis=-1)
     out = fn(rows, axis=-1, where=mask)[..., :-1]
     return _validate.classes_back(out, axes, x.shape)
 
