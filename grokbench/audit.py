@@ -25,6 +25,7 @@ __all__ = [
     "KIND_CALLS",
     "LINEAR_SPEED_D",
     "PAIR_KINDS",
+    "SINK_KINDS",
     "SPEED_SHAPE",
     "AuditRow",
     "audit",
@@ -37,6 +38,9 @@ __all__ = [
 
 PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
 """The kinds called as fn(student_logits, teacher_logits)."""
+
+SINK_KINDS = ("sink-softmax", "sink-log_softmax")
+"""The kinds called as fn(x, sink=s), s one sink logit per row."""
 
 SPEED_SHAPE = (512, 8192)
 """(rows, K) of the logits the speed comparison times value and gradient on."""
@@ -54,6 +58,8 @@ KIND_CALLS = {
     "kl": "fn(student_logits, teacher_logits) -> per-row KL(p_teacher || q_student)",
     "reverse-kl": "fn(student_logits, teacher_logits) -> per-row KL(q_student || p_teacher)",
     "js": "fn(student_logits, teacher_logits) -> per-row Jensen-Shannon divergences",
+    "sink-softmax": "fn(x, sink=s) -> probabilities e^x / (e^s + sum e^x), s one per row",
+    "sink-log_softmax": "fn(x, sink=s) -> log-probabilities with the sink s in the sum",
 }
 """Each kind `grokbench audit --kind` takes, and the call it expects of the function."""
 
@@ -102,8 +108,11 @@ def load(spec: str) -> Callable:
 
 def infer_kind(spec: str) -> str:
     """The kind a function's name suggests: log_softmax, softmax, soft-target, linear-ce,
-    z-loss, soft-cap, label-smoothing, kl, reverse-kl, js, else ce."""
+    z-loss, soft-cap, label-smoothing, kl, reverse-kl, js, sink-softmax, sink-log_softmax,
+    else ce."""
     name = spec.rpartition(":")[2].lower()
+    if "sink" in name or "softmax1" in name or "softmax_1" in name or "off_by_one" in name:
+        return "sink-log_softmax" if "log" in name else "sink-softmax"
     for words, kind in (
         (("linear",), "linear-ce"),
         (("z_loss", "zloss"), "z-loss"),
@@ -152,7 +161,8 @@ def reference(kind: str) -> tuple[str, Callable]:
     """(name, function): optax's (or jax.nn's, which optax has none of) function of `kind`;
     for the options, which optax lacks, `numerics.standard.cross_entropy` with the option
     (the peers' formula); for linear-ce, optax on the materialized logits; for js,
-    `numerics.standard.js_divergence` (Liger-Kernel's formula)."""
+    `numerics.standard.js_divergence` (Liger-Kernel's formula); for the sink kinds,
+    `numerics.standard.softmax` / `log_softmax` with `sink=` (GPT-OSS's reference)."""
     if kind in testing.OPTIONS:
         return "standard", functools.partial(standard.cross_entropy, **testing.OPTIONS[kind])
     return {
@@ -164,6 +174,9 @@ def reference(kind: str) -> tuple[str, Callable]:
         "kl": ("optax", _optax_kl),
         "reverse-kl": ("optax", _optax_reverse_kl),
         "js": ("standard", standard.js_divergence),  # Liger-Kernel's JSD formula; optax has none
+        # GPT-OSS's reference: jax.nn on the row with the sink appended, its entry dropped.
+        "sink-softmax": ("standard", standard.softmax),
+        "sink-log_softmax": ("standard", standard.log_softmax),
     }[kind]
 
 
@@ -185,6 +198,9 @@ def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 
     losses = ("ce", *PAIR_KINDS, *testing.OPTIONS)
     if kind in ("ce", *testing.OPTIONS):
         other = labels
+    if kind in SINK_KINDS:  # the last column is the sink: (rows, K - 1) outputs
+        fn, ref = _with_sink(fn), _with_sink(ref)
+        other = other[:, :-1]
     if kind == "linear-ce":
         shape = (LINEAR_SPEED_D, SPEED_SHAPE[1])
         weight = (jax.random.normal(key_o, shape) / LINEAR_SPEED_D**0.5).astype(dtype)
@@ -212,6 +228,11 @@ def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 
             run()
             out.append(1e3 * (time.perf_counter() - start))
     return statistics.median(times[0]), statistics.median(times[1])
+
+
+def _with_sink(fn):
+    # fn(x, sink=s) on logits whose last column is the sink, one per row.
+    return lambda x: fn(x[:, :-1], sink=x[:, -1])
 
 
 def _with_weight(fn, weight, hidden, labels):
@@ -254,6 +275,8 @@ def format_dtype(row: AuditRow) -> str:
     hard_label = ("ce", "linear-ce", *testing.OPTIONS)
     target = "target gradient" if r.kind in hard_label else f"d {r.kind}[0] / dx0"
     value_zero = "loss" if r.kind in hard_label else {"log_softmax": "log_softmax[0]"}.get(r.kind)
+    if r.kind == "sink-log_softmax":  # the margin sweep: softmax off by one of the row [m]
+        value_zero = "sink-log_softmax[0]"
     lines = [
         ("value error", f"{r.value_ulps:.3g} ulps (bound {r.value_bound:.3g}) at {r.value_at}"),
         ("gradient error", f"{r.grad_ulps:.3g} ulps (bound {r.grad_bound:.3g}) at {r.grad_at}"),

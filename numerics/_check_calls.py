@@ -17,13 +17,24 @@ from numerics._cliffs import bits_type, first_zero, from_bits, to_bits
 PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
 """The kinds called as fn(student_logits, teacher_logits) -> per-row losses."""
 
+SINK_KINDS = ("sink-softmax", "sink-log_softmax")
+"""The kinds called as fn(x, sink=s) -> x's shape: a softmax (log-softmax) with one more
+logit s per row in its denominator. The checks hand them rows [x, s] of K + 1 logits: the
+last column is the sink, and the gradient's last column is d/ds."""
+
+
+def with_sink_column(fn: Callable) -> Callable:
+    """fn(x, sink=s) as a function of the rows [x, s] (the sink last): `SINK_KINDS`."""
+    return lambda rows: fn(rows[..., :-1], sink=rows[..., -1])
+
 
 def value_and_grad_runner(fn: Callable, kind: str) -> Callable:
     """jit of (input, other) -> (output, gradient) for `kind`.
 
     ce and the student/teacher kinds (`PAIR_KINDS`): gradient of the summed loss with
     respect to the first argument; softmax / log_softmax: the vector-Jacobian product
-    with the cotangent `other`.
+    with the cotangent `other`; the sink kinds (`SINK_KINDS`) take rows [x, s] and give
+    the gradient with respect to both.
     """
     if kind in ("ce", *PAIR_KINDS):
 
@@ -32,6 +43,7 @@ def value_and_grad_runner(fn: Callable, kind: str) -> Callable:
             return out, vjp(jnp.ones_like(out))[0]
 
     else:
+        fn = with_sink_column(fn) if kind in SINK_KINDS else fn
 
         def run(x, cotangent):
             out, vjp = jax.vjp(fn, x)
@@ -52,19 +64,22 @@ def probe_signature(fn: Callable, run: Callable, kind: str, dtype: np.dtype) -> 
         other, call = np.array([2, 0], np.int32), "(logits, labels)"
     elif kind in PAIR_KINDS:
         other, call = z[:, ::-1].copy(), "(student_logits, teacher_logits)"
+    elif kind in SINK_KINDS:  # rows [x, s]: x of shape (2, 2), the sink (2,)
+        other, call = np.eye(2, dtype=dtype)[[1, 0]], "(x, sink=s)"
     else:
         other, call = np.eye(3, dtype=dtype)[[2, 0]], "(x)"
+    shape = "x of shape (2, 2) and s of shape (2,)" if kind in SINK_KINDS else "shape (2, 3)"
     try:
         out, _ = run(z, other)
     except Exception as err:  # any failure on plain input means we cannot check it
         message = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         raise SignatureError(
-            f"calling {fn_name(fn)}{call} with {dtype.name} arrays of shape (2, 3) raised {message}"
+            f"calling {fn_name(fn)}{call} with {dtype.name} arrays of {shape} raised {message}"
         ) from err
-    expected = (2,) if kind in ("ce", *PAIR_KINDS) else (2, 3)
+    expected = (2,) if kind in ("ce", *PAIR_KINDS) else (2, 2) if kind in SINK_KINDS else (2, 3)
     if out.shape != expected:
         raise SignatureError(
-            f"{fn_name(fn)}{call} on shape (2, 3) returned shape {out.shape}; a {kind} function "
+            f"{fn_name(fn)}{call} on {shape} returned shape {out.shape}; a {kind} function "
             f"must return {expected} (per-row losses, class axis last)"
         )
     return np.dtype(out.dtype)
@@ -217,7 +232,7 @@ def nan_propagation(tally, run, kind, dtype) -> bool:
     elif kind in PAIR_KINDS:
         other = np.array([[0.0, 0.0, 1.0]], dtype)
     else:
-        other = np.eye(3, dtype=dtype)[:1]
+        other = np.eye(3 - (kind in SINK_KINDS), dtype=dtype)[:1]
     got = run_or_fail(tally, run, "a row holding NaN", z, other)
     if got is None:
         return False

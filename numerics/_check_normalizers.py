@@ -1,4 +1,5 @@
-"""The checks of softmax and log-softmax: both on the margin sweep and random rows."""
+"""The checks of softmax and log-softmax, plain and with a sink logit: both on the margin
+sweep and random rows."""
 
 from __future__ import annotations
 
@@ -20,12 +21,37 @@ from numerics._check_tolerances import (
 )
 
 
+def _sink_references(log: bool):
+    """The oracle of the sink kinds on rows [x, s] (the sink last): (value, vjp), the vjp's
+    last column d/ds."""
+    value = oracle.sink_log_softmax if log else oracle.sink_softmax
+    vjp = oracle.sink_log_softmax_vjp if log else oracle.sink_softmax_vjp
+
+    def reference(rows, exact=False):
+        return value(rows[:, :-1], rows[:, -1], exact=exact)
+
+    def reference_vjp(rows, cotangent, exact=False):
+        grad_x, grad_s = vjp(rows[:, :-1], rows[:, -1], cotangent, exact=exact)
+        return np.concatenate([grad_x, np.asarray(grad_s)[:, None]], -1)
+
+    return reference, reference_vjp
+
+
 def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
-    """`check_softmax` and `check_log_softmax`: `kind` picks the oracle."""
+    """`check_softmax`, `check_log_softmax` and their sink forms: `kind` picks the oracle.
+
+    The sink kinds run on rows [x, s] of K + 1 logits, the last the sink (`calls.SINK_KINDS`):
+    the margin sweep's [m, 0] is softmax off by one of the row [m], and the random rows'
+    last logit is the sink, which may be the max, tie with it or sit far below.
+    """
     dtype = as_dtype(dtype)
-    log = kind == "log_softmax"
+    sink = kind in calls.SINK_KINDS
+    log = kind in ("log_softmax", "sink-log_softmax")
     reference = oracle.log_softmax if log else oracle.softmax
     reference_vjp = oracle.log_softmax_vjp if log else oracle.softmax_vjp
+    if sink:
+        reference, reference_vjp = _sink_references(log)
+    outputs = 1 if sink else 2  # entries of the sweep's output: [m] or [m, 0]
     tally = Tally(kind, dtype)
     value, grad_base = ULPS["value"][dtype], ULPS["autodiff_grad"][dtype]
     if max_ulps is not None:
@@ -35,7 +61,7 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
         out_dtype = calls.probe_signature(fn, run, kind, dtype)
         m = cases.margin_sweep(dtype, quick)
         x = np.stack([m, np.zeros_like(m)], -1)
-        cotangent = np.broadcast_to(np.array([1, 0], dtype), x.shape)
+        cotangent = np.broadcast_to(np.array([1, 0][:outputs], dtype), (len(m), outputs))
         dies = zero = None
         got = calls.run_or_fail(tally, run, "the margin sweep", x, cotangent)
         if got is not None:
@@ -45,17 +71,18 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
 
             def name_margin(r, j=None):
                 entry = "" if j is None else f", entry {int(j)}"
-                return f"m={float(m[r]):.8g} (x = [m, 0]{entry})"
+                row = "x = [m], sink 0" if sink else "x = [m, 0]"
+                return f"m={float(m[r]):.8g} ({row}{entry})"
 
             tally.rows += len(m)
             tally.compare(f"{kind}", "value", out, exact, value, x, name_margin)
             for j in range(2):
-                what = f"d {kind}[0] / dx{j}"
+                what = f"d {kind}[0] / " + ("dsink" if sink and j == 1 else f"dx{j}")
                 tally.compare(what, "grad", grad[:, j], exact_grad[:, j], grad_base, x, name_margin)
             tally.grad_sums(grad, np.full(len(m), grad_base), name_margin)
 
             def at_margins(mi):  # (output, gradient) at x = [m, 0], cotangent [1, 0]
-                one = np.zeros((len(mi), 2), dtype)
+                one = np.zeros((len(mi), outputs), dtype)
                 one[:, 0] = 1
                 return run(np.stack([mi, np.zeros_like(mi)], -1), one)
 
@@ -73,7 +100,7 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
                     continue
                 where = np.array([[zeros.start, 0.0]])
                 if what.startswith("d "):
-                    exact_at = reference_vjp(where, np.array([[1.0, 0.0]]))[0, 0]
+                    exact_at = reference_vjp(where, np.array([[1.0, 0.0][:outputs]]))[0, 0]
                 else:
                     exact_at = reference(where)[0, 0]
                 fail_zero_from(tally, what, zeros, exact_at)
@@ -82,7 +109,10 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
         for case in cases.random_cases(quick, dtype=dtype):
             x, _ = cases.plant_rows(case, dtype, 2, seed=1)
             k = case[0]
-            cotangent = (np.arange(k) == np.argmax(x, -1)[:, None]).astype(dtype)
+            if sink and k < 2:
+                continue
+            out_k = k - 1 if sink else k  # the sink kinds: rows [x, s], outputs for x
+            cotangent = (np.arange(out_k) == np.argmax(x[:, :out_k], -1)[:, None]).astype(dtype)
             got = calls.run_or_fail(tally, run, cases.describe_case(case), x, cotangent)
             if got is None:
                 continue
@@ -91,7 +121,9 @@ def _check_normalizer(fn, dtype, kind, max_ulps, quick) -> CheckResult:
                 is_max = np.arange(k) == np.argmax(x, -1)[:, None]
                 gaps = np.broadcast_to(weighted_gap(gaps, is_max)[:, None], gaps.shape)
             tally.rows += len(x)
-            bound = conditioned_bound(value, gaps, k)
+            # With a sink, its term is added to each of the row's sums after them: one more
+            # rounding, log2(2 k) = 1 + log2(k).
+            bound = conditioned_bound(value, gaps[:, :out_k], 2 * k if sink else k)
             tally.compare(
                 kind,
                 "value",
@@ -163,3 +195,55 @@ def check_softmax(fn: Callable, dtype, *, max_ulps: float | None = None, quick: 
       SignatureError: `fn` raised on plain input or returned the wrong shape.
     """
     return _check_normalizer(fn, dtype, "softmax", max_ulps, quick)
+
+
+def check_sink_softmax(fn: Callable, dtype, *, max_ulps: float | None = None, quick: bool = False):
+    """Check a sink softmax `fn(x, sink=s) -> p` against mpmath: p_k = e^x_k / (e^s +
+    sum_j e^x_j), s one logit per row (shape (N,) for x of shape (N, K)), its mass dropped.
+
+    As `check_softmax`, on rows [x, s]: the margin sweep is softmax off by one of [m]
+    (x = [m], s = 0; values, d p / dm and d p / ds within the table), the random rows'
+    last logit is the sink. The collapse shows in d p / dm = p P_sink, which a standard
+    formula rounds to 0 past the cliff of the margin to the sink while d p / ds = -p P_sink
+    stays: its gradients no longer sum to zero.
+
+    Example:
+      >>> import numerics
+      >>> check_sink_softmax(numerics.softmax, "bf16", quick=True).ok
+      True
+
+    Args:
+      fn: the function, called as fn(x_NxK, sink=s_N) under `jax.jit` and `jax.vjp`.
+      dtype: as `check_cross_entropy`; the sink has the logits' dtype.
+      max_ulps: replaces the table's bounds.
+      quick: fewer margins, K up to 100.
+
+    Returns:
+      A `CheckResult` (its gradient errors include d/ds).
+
+    Raises:
+      SignatureError: `fn` raised on plain input or returned the wrong shape.
+    """
+    return _check_normalizer(fn, dtype, "sink-softmax", max_ulps, quick)
+
+
+def check_sink_log_softmax(
+    fn: Callable, dtype, *, max_ulps: float | None = None, quick: bool = False
+):
+    """Check a sink log-softmax `fn(x, sink=s) -> log p` against mpmath, as
+    `check_sink_softmax`: log p_m = -log1p(e^-m) of softmax off by one must not round to 0
+    while it is a normal number, nor d log p / dm = P_sink die at the cliff.
+
+    Args:
+      fn: the function, called as fn(x_NxK, sink=s_N) under `jax.jit` and `jax.vjp`.
+      dtype: as `check_cross_entropy`.
+      max_ulps: replaces the table's bounds.
+      quick: fewer margins, K up to 100.
+
+    Returns:
+      A `CheckResult`.
+
+    Raises:
+      SignatureError: `fn` raised on plain input or returned the wrong shape.
+    """
+    return _check_normalizer(fn, dtype, "sink-log_softmax", max_ulps, quick)

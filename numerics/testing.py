@@ -2,7 +2,8 @@
 
 Three kinds of tools, for a user's own pytest suite:
 
-- **Checks.** `check_cross_entropy(fn, dtype)`, `check_softmax`, `check_log_softmax`,
+- **Checks.** `check_cross_entropy(fn, dtype)`, `check_softmax`, `check_log_softmax`, their
+  sink forms `check_sink_softmax` and `check_sink_log_softmax` (fn(x, sink=s)),
   `check_soft_target_cross_entropy` and the divergences' `check_kl_divergence`,
   `check_reverse_kl_divergence` and `check_js_divergence` call any function with the
   standard signature on the hard cases (margins from -40 to past exponent underflow
@@ -51,6 +52,8 @@ from numerics._check_divergence import (
     check_reverse_kl_divergence as check_reverse_kl_divergence,
 )
 from numerics._check_normalizers import check_log_softmax as check_log_softmax
+from numerics._check_normalizers import check_sink_log_softmax as check_sink_log_softmax
+from numerics._check_normalizers import check_sink_softmax as check_sink_softmax
 from numerics._check_normalizers import check_softmax as check_softmax
 from numerics._check_soft_target import (
     check_soft_target_cross_entropy as check_soft_target_cross_entropy,
@@ -86,6 +89,8 @@ __all__ = [
     "check_log_softmax",
     "check_option_cross_entropy",
     "check_reverse_kl_divergence",
+    "check_sink_log_softmax",
+    "check_sink_softmax",
     "check_soft_target_cross_entropy",
     "check_softmax",
     "general_bound",
@@ -116,12 +121,15 @@ KINDS = (
     "kl",
     "reverse-kl",
     "js",
+    "sink-softmax",
+    "sink-log_softmax",
 )
 """What a checked function computes: integer-label cross-entropy, softmax, log-softmax,
 soft-target (student, teacher) cross-entropy, cross-entropy with a z-loss, with
 soft-capped logits or with label smoothing (`OPTIONS`), a fused linear cross-entropy
-fn(hidden, weight, labels), and the distillation divergences KL(p || q), KL(q || p) and
-Jensen-Shannon, fn(student_logits, teacher_logits)."""
+fn(hidden, weight, labels), the distillation divergences KL(p || q), KL(q || p) and
+Jensen-Shannon, fn(student_logits, teacher_logits), and the softmax and log-softmax with a
+sink logit s per row in the denominator (softmax off by one, attention sinks), fn(x, sink=s)."""
 
 ULPS = _check_tolerances.ULPS
 """Bounds in ulps of each dtype for inputs whose differences z_j - z_max are exact.
@@ -231,5 +239,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "kl": check_kl_divergence,
     "reverse-kl": check_reverse_kl_divergence,
     "js": check_js_divergence,
+    "sink-softmax": check_sink_softmax,
+    "sink-log_softmax": check_sink_log_softmax,
 }
 """The check for each of `KINDS`."""

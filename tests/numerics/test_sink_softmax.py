@@ -361,3 +361,15 @@ def test_plain_softmax_keeps_tiny_probabilities_beside_a_close_second():
     x = TINY_BESIDE_A_SECOND
     bound = general_bound("value", F32, np.zeros((1, 3)), 3)
     assert_ulp_close(jax.jit(numerics.softmax)(x), oracle.softmax(x, exact=True), bound, F32)
+
+
+@pytest.mark.parametrize("kind", ["sink-softmax", "sink-log_softmax"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_public_check_passes_ours_in_every_dtype(dtype, kind):
+    """`numerics.testing`'s check (the audit's): margin sweep, random rows, NaN."""
+    from numerics import testing
+
+    fn = numerics.log_softmax if "log" in kind else numerics.softmax
+    result = testing.CHECKS[kind](fn, dtype, quick=True)
+    result.assert_ok()
+    assert result.grad_dies_at is None and result.value_zero_at is None
