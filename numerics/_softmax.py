@@ -1,4 +1,44 @@
-"""Fixed log-softmax and softmax: the margin form that never adds 1 to e^-m."""
+"""Fixed log-softmax and softmax: the margin form that never adds 1 to e^-m.
+
+The sink softmax (`softmax(x, sink=s)`, `log_softmax(x, sink=s)`) has one more term in
+each row's denominator, p_k = e^x_k / (e^s + sum_j e^x_j), whose own probability P_sink =
+e^s / (...) is dropped, so the outputs sum to 1 - P_sink: s = 0 is softmax off by one
+(Miller's softmax_1), a learned logit per head GPT-OSS's attention sinks, -inf the plain
+softmax. It is the fixed softmax of the row [x, s] without its last entry, computed
+without forming that row: the max M = max(max x, s) may be the sink's, and the sink's
+term e^(s - M) joins the row's two sums after them (`_sink_parts`), so S_others holds
+every term but the max's own 1 whichever holds it: log p_k = (x_k - M) - log1p(S_others),
+p_k = e^(x_k - M) / (1 + S_others), accurate in bf16 where 1 + S_others rounds to 1.
+
+Where the extra term moves the cliff. For the row's top entry i, with its margin over the
+others m = x_i - logsumexp_{j != i} x_j and its gap to the sink g = x_i - s, the margin
+over everything else in the denominator is m* with
+
+    e^-m* = e^-m + e^-g,    so    min(m, g) - ln 2 <= m* <= min(m, g),
+
+and 1 - p_i = e^-m* / (1 + e^-m*). The precision cliff c_d = p ln 2 (`precision_cliff`)
+now applies to m*, the smaller of the margin to the others and the gap to the sink: a
+row whose own margin is far past the cliff keeps p_i < 1 while the sink is within c_d of
+its max (off by one: a row whose largest logit is below c_d, bf16's 5.5, never
+collapses). Past it, the standard formula (`numerics.standard`, the way kernels and
+GPT-OSS's reference write it: the row [x, s], max, exp, one sum, divide) rounds 1 +
+e^-m* to 1, so log p_i and d p_i / dx_i = p_i (1 - p_i) are exactly 0 (bf16: from m* =
+5.5625, the first bf16 margin past c_d, where its program rounds the sum to bf16; from
+16.75, past float32's cliff 16.64, where XLA keeps the sum in float32), while d p_i / ds
+= -p_i P_sink stays nonzero, so its gradients over [x, s] no longer sum to zero: the sink
+is pushed, the logit is not. (p_i = 1 in bf16 is the correctly rounded value only from
+m* = 9 ln 2 = 6.24, where 1 - e^-m* is within half an ulp below 1; eagerly, the standard
+formula returns it from 5.5625.) Here log p_i = -log1p(e^-m*) and the gradient p_i (P_sink + sum_{j != i} p_j) stay
+normal numbers down to exponent underflow (m* = 87 in bf16 and float32).
+
+A sink far above the row (P_sink -> 1) moves no cliff for the outputs: every p_k =
+e^(x_k - s) / (1 + S_others) is small and holds its digits in either formula down to
+exponent underflow at x_k - s = ln(smallest normal); log p_k = x_k - s - log1p(S_others)
+is dominated by x_k - s. The derivatives by the sink, d log p_k / ds = -P_sink and d p_k
+/ ds = -p_k P_sink, are the K + 1-th column of the plain tangent rule on [x, s], which the
+custom JVPs here use (centred on the max of [x, s], so no 1 - p is formed for a dominant
+entry or a dominant sink).
+"""
 
 from __future__ import annotations
 
@@ -519,11 +559,23 @@ def softmax(
       where: optional boolean mask broadcastable to `x`.
       sink: optional sink logit s: one more term in each row's denominator,
         e^x_k / (e^s + sum_j e^x_j), whose own probability e^s / (...) is dropped (the
-        outputs sum to 1 - P_sink). 0.0 is softmax off by one (Miller's softmax_1), a
-        learned array per head GPT-OSS's attention sinks, -inf the plain softmax bit for
-        bit. A Python number, or a floating-point array broadcastable to `x`'s shape
-        without the class axes (one logit per row: (H, 1) against scores (B, H, Q, K)),
-        or with them kept as size 1 ((1, H, 1, 1)). None: no sink.
+        outputs sum to 1 - P_sink; the module docstring derives where it moves the cliff).
+        0.0 is softmax off by one (Miller's softmax_1), a learned array per head GPT-OSS's
+        attention sinks, -inf the plain softmax (log_softmax bit for bit; softmax bit for
+        bit wherever e^(x_k - max) is above 2^(2p + 4) smallest normals, float32 5e-23,
+        below which the sink path's division is the accurate one, `_divide_scaled`). A
+        Python number, or a floating-point array broadcastable to `x`'s shape without the
+        class axes (one logit per row: (H, 1) against scores (B, H, Q, K)), or with them
+        kept as size 1 ((1, H, 1, 1)); integer and boolean arrays raise TypeError (a sink
+        is learned), other shapes ValueError. It is computed in x's compute dtype (float32
+        for 16-bit x, a float64 sink rounded to float32 for float32 x); its gradient
+        comes back in its own dtype, summed over the rows it is broadcast to. A NaN sink
+        makes its rows NaN; +inf takes all the mass (outputs 0, log -inf); a row masked
+        out entirely gives 0 (log: -inf) with a finite sink, not NaN. A keyword of
+        softmax rather than a function of its own (optax / jax.nn style): the sink is a
+        per-row term of the same normaliser, as `where` is a per-entry mask; None is the
+        plain path untouched, and one argument switches a caller (attention code,
+        `numerics.testing.check_sink_softmax`) between the two.
 
     Returns:
       Probabilities of the shape and dtype of `x`.
