@@ -23,7 +23,10 @@ PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *D
 # The Python blocks that are complete programs (others show a line of a larger session).
 RUNNABLE = [
     ROOT / "README.md",
-    *(ROOT / "docs" / f"{name}.md" for name in ("numerics", "lm-losses", "divergences")),
+    *(
+        ROOT / "docs" / f"{name}.md"
+        for name in ("numerics", "lm-losses", "divergences", "sink-softmax")
+    ),
     ROOT / "docs" / "collapse-monitor.md",
 ]
 SOURCE_DIRS = ("numerics", "tasks", "grokbench", "figures", "tests", "benchmarks", "docs", ".ci")
