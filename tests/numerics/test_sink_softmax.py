@@ -165,9 +165,37 @@ def test_a_sink_of_minus_inf_is_the_plain_function_bit_for_bit(dtype, name, mask
         with_sink = jax.jit(lambda x: fn(x, where=where, sink=-jnp.inf))(x)
         many = jax.jit(lambda x, s: fn(x, where=where, sink=s))(x, np.full(len(x), -np.inf, dtype))
     # e^(-inf - M) = 0 is added to each of the row's two sums: exact, so every rounding
-    # after it is the plain function's.
+    # after it is the plain function's. (softmax: where every e^(x_k - M) is above
+    # 2^(2p + 4) smallest normals, as in these rows; below, the sink path's division
+    # scales, `_divide_scaled`, and the plain one is the less accurate.)
     np.testing.assert_array_equal(np.asarray(with_sink), np.asarray(plain))
     np.testing.assert_array_equal(np.asarray(many), np.asarray(plain))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_sink_of_minus_inf_is_log_softmax_bit_for_bit_on_wide_rows(dtype):
+    """log_softmax has no division: bit for bit also where probabilities underflow."""
+    x, _ = _masked(dtype)
+    wide = (x.astype(np.float64) * 40).astype(dtype)  # gaps in the hundreds
+    with jax.enable_x64(dtype == np.float64):
+        plain = jax.jit(numerics.log_softmax)(wide)
+        with_sink = jax.jit(lambda x: numerics.log_softmax(x, sink=-np.inf))(wide)
+    np.testing.assert_array_equal(np.asarray(with_sink), np.asarray(plain))
+
+
+def test_second_derivative_by_the_sink():
+    """d^2 log p_i / ds^2 = -d P_sink / ds = -P_sink (1 - P_sink), through the custom JVPs."""
+    x, sink = _rows(F64, 5, 1.0, 1.0, seed=19)
+    second = jax.jit(
+        jax.vmap(jax.jacfwd(jax.grad(lambda s, x: numerics.log_softmax(x, sink=s)[0])), (0, 0))
+    )(sink, x)
+    mass = oracle.sink_probability(x, sink, exact=True)
+    want = -mass * (1 - mass)
+    # Two tangent rules (each within autodiff_grad ulps of its exact derivative) composed:
+    # their bounds add, plus the conditioning of P_sink's shift (as the first derivative).
+    entry, _, terms = _conditioning(x, sink)
+    bound = 2 * general_bound("autodiff_grad", F64, entry[:, -1], 2 * terms)
+    assert_ulp_close(second, want, bound, F64, err_msg="d2 log p / ds2")
 
 
 @pytest.mark.parametrize("name", list(FUNCTIONS))
