@@ -28,8 +28,9 @@ e^-m* to 1, so log p_i and d p_i / dx_i = p_i (1 - p_i) are exactly 0 (bf16: fro
 = -p_i P_sink stays nonzero, so its gradients over [x, s] no longer sum to zero: the sink
 is pushed, the logit is not. (p_i = 1 in bf16 is the correctly rounded value only from
 m* = 9 ln 2 = 6.24, where 1 - e^-m* is within half an ulp below 1; eagerly, the standard
-formula returns it from 5.5625.) Here log p_i = -log1p(e^-m*) and the gradient p_i (P_sink + sum_{j != i} p_j) stay
-normal numbers down to exponent underflow (m* = 87 in bf16 and float32).
+formula returns it from 5.5625.) Here log p_i = -log1p(e^-m*) and the gradient
+p_i (P_sink + sum_{j != i} p_j) stay normal numbers down to exponent underflow (m* = 87
+in bf16 and float32).
 
 A sink far above the row (P_sink -> 1) moves no cliff for the outputs: every p_k =
 e^(x_k - s) / (1 + S_others) is small and holds its digits in either formula down to
