@@ -121,7 +121,10 @@ def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> list[pathli
     axes = axes[0]
     lines: dict[str, list[dict]] = {}
     for r in rows:
-        lines.setdefault(f"{r['family']} {r['variant']}", []).append(r)
+        if r["sweep"].get(axis) is None:
+            continue  # a reference row without the axis (the gamma sweep's vanilla)
+        t = f" T={r['sweep']['seq_len']}" if "seq_len" in r["sweep"] else ""
+        lines.setdefault(f"{r['family']} {r['variant']}{t}", []).append(r)
     for ax, (name, value) in zip(axes, panels, strict=True):
         for label, members in lines.items():
             members = sorted(members, key=lambda r: float(r["sweep"][axis]))
@@ -155,11 +158,12 @@ def draw_quant_figures(
 def draw(ctx) -> list[pathlib.Path]:
     """`grokbench figures quant`: the quant lab at the build's scale (cached), then its table
     (quant_table.json, quant_table.md) and figures in the build's output directory. The full
-    build adds the paper's ablations (`grokbench.quant.ABLATIONS`, run at the quick scale:
-    14 short runs instead of ~40 minutes at full scale): quant_ablations.json and one
-    quant_sweep_AXIS.png each; and the encoder recipe at a constant lr
-    (`grokbench.quant.recipes.CONSTANT_LR`, three more 6,000-step runs):
-    quant_constant_lr.json. The quick build draws none (it stays within its budget)."""
+    build adds the paper's ablations (`grokbench.quant.ABLATIONS`: the encoder's at its
+    recipe's setting, 13 runs of 6,000 steps beside the recipe's own, the decoder's LayerNorm
+    sweep at the quick scale): quant_ablations.json and one quant_sweep_AXIS.png each; and
+    the encoder recipe at a constant lr (`grokbench.quant.recipes.CONSTANT_LR`, three more
+    6,000-step runs): quant_constant_lr.json. The quick build draws none (it stays within
+    its budget)."""
     from grokbench import quant
     from grokbench.quant.recipes import CONSTANT_LR
 

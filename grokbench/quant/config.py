@@ -153,7 +153,7 @@ class QuantConfig:
     seq_len: int = 64  # T (the paper's BERT uses 128, OPT 512)
     # Attention variants.
     alpha: float = 12.0  # decoder gamma = -alpha / T (the paper's OPT scripts: alpha 12)
-    gamma: float | None = None  # < 0; None -> -0.025 (encoder, BERT scripts), -alpha/T (decoder)
+    gamma: float | None = None  # <= 0; None -> -0.025 (encoder, BERT scripts), -alpha/T (decoder)
     zeta: float = 1.0  # upper stretch; the paper's code uses 1 (Table 1: zeta > 1 does nothing)
     pi_init: float | None = None  # initial gate openness; None -> 0.5 (encoder), 0.25 (OPT)
     # Data.
@@ -195,7 +195,8 @@ class QuantConfig:
             self.level in ("char", "byte"), f"level must be 'char' or 'byte', got {self.level!r}"
         )
         require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        require(self.gamma is None or self.gamma < 0, f"gamma must be < 0, got {self.gamma}")
+        # gamma 0 with zeta > 1 is Table 1's upper clipping alone; gamma 0, zeta 1 the softmax.
+        require(self.gamma is None or self.gamma <= 0, f"gamma must be <= 0, got {self.gamma}")
         require(self.zeta >= 1, f"zeta must be >= 1, got {self.zeta}")
         require(
             self.pi_init is None or 0 < self.pi_init < 1,

@@ -115,13 +115,18 @@ _NOT_AXES = ("family", "variant")
 
 
 def run_ablations(
-    results: pathlib.Path | str | None = None, progress: bool = True
+    results: pathlib.Path | str | None = None, progress: bool = True, quick: bool = False
 ) -> dict[str, dict]:
-    """Every `ABLATIONS` recipe and the quick recipe's vanilla rows, their reference
-    (cached like `run_quant`): {"vanilla": table, AXIS: table, ...}, tables as `run_quant`'s."""
-    tables = {"vanilla": run_quant(True, None, ["variants=vanilla"], results, progress)}
+    """Every `ABLATIONS` recipe with its vanilla references (cached like `run_quant`):
+    {"vanilla": table, AXIS: table, ...}, tables as `run_quant`'s. The encoder's sweeps run at
+    the encoder recipe's setting (their quick form if `quick`) against the recipe's encoder
+    vanilla; the decoder's LayerNorm sweep at the quick scale against the quick decoder's."""
+    enc = run_quant(quick, None, ["variants=vanilla", "families=encoder"], results, progress)
+    dec = run_quant(True, None, ["variants=vanilla", "families=decoder"], results, progress)
+    vanilla = {**enc, "rows": enc["rows"] + dec["rows"], "configs": enc["configs"] + dec["configs"]}
+    tables = {"vanilla": vanilla}
     for axis, recipe in ABLATIONS.items():
-        tables[axis] = run_quant(True, None, None, results, progress, recipe=recipe)
+        tables[axis] = run_quant(quick, None, None, results, progress, recipe=recipe)
     return tables
 
 
@@ -344,7 +349,8 @@ def format_markdown(table: dict) -> str:
         cfg = next(c for c in table["configs"] if c["family"] == family)
         lines.append(
             f"### {name}: {cfg['n_layers']} layers, d_model {cfg['d_model']}, "
-            f"{cfg['n_heads']} heads, T = {cfg['seq_len']}, {cfg['steps']} steps"
+            f"{cfg['n_heads']} heads, T = {cfg['seq_len']}, {cfg['steps']} steps "
+            f"({'linear decay' if cfg['decay_lr'] else 'constant lr'}), {cfg['corpus']}"
         )
         lines += _markdown_table(
             ["Method", "FP ppl", "Max inf. norm", "Avg. kurtosis", *(f"{b} ppl" for b in bits)],

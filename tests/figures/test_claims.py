@@ -384,11 +384,19 @@ def _ablations(good: bool = True, vanilla_inf: float = 500.0) -> dict:
     vanilla = [row(f, "vanilla", "-", 0, vanilla_inf, w8a8=20.0) for f in ("encoder", "decoder")]
     return {
         "vanilla": table(*vanilla),
-        "gamma": table(
+        "gamma": table(  # T 64 (the recipe's) and 32 with its own vanilla: Fig. 6's transfer
             *(
-                row("encoder", "clipped", "gamma", -a / seq_len, inf, fp, gamma=-a / seq_len)
+                {
+                    **row("encoder", "clipped", "gamma", -a / t, inf, fp, gamma=-a / t),
+                    "sweep": {"gamma": -a / t, "seq_len": t},
+                }
+                for t in (seq_len, seq_len // 2)
                 for a, (inf, fp) in alphas.items()
-            )
+            ),
+            {
+                **row("encoder", "vanilla", "gamma", None, vanilla_inf, w8a8=20.0, gamma=0.0),
+                "sweep": {"gamma": None, "seq_len": seq_len // 2},
+            },
         ),
         "pi_init": table(
             *(

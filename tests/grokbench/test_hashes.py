@@ -52,6 +52,7 @@ def _quant_fields() -> list[dict]:
     configs = quant.quant_configs(False) + quant.quant_configs(True)
     for recipe in quant.ABLATIONS.values():
         configs += quant.quant_configs(True, None, recipe)
+        configs += quant.quant_configs(False, None, recipe)  # the encoder's at full scale
     for name in ("quant-constant-lr", "quant-mechanisms"):  # full scale: new runs of issue 44
         configs += quant.quant_configs(False, None, quant.QUANT_RECIPES[name])
     default = QuantConfig().to_dict()

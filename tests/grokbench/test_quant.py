@@ -126,7 +126,7 @@ def _check_tap_costs(tmp_path, results, rows):
         ["quant", "variants=vanilla,bogus", "--out", "x"],
         ["quant", "act_range=median", "--out", "x"],
         ["quant", "variant=vanilla", "--out", "x"],
-        ["quant", "gamma=0", "--out", "x"],
+        ["quant", "gamma=0.1", "--out", "x"],
         ["quant", "pi_init=1.5", "--out", "x"],
         ["quant", "corpus=no_such_corpus", "--out", "x"],
         ["quant", "corpus=bigram_backcopy", "seq_len=100000", "steps=1", "--out", "x"],
@@ -177,7 +177,7 @@ def test_config_defaults_hashes_and_checks():
     assert QuantConfig(lr=1).lr == 1.0 and isinstance(QuantConfig(lr=1).lr, float)
     bads = ({"variant": "x"}, {"bits": "W8"}, {"pi_init": 1.0}, {"pi_init": 0.0}, {"steps": 0})
     bads += ({"bos_noise": -1.0}, {"corpus_chars": 0}, {"corpus": "pydoc", "corpus_chars": 10})
-    for bad in (*bads, {"d_model": 30}, {"gamma": 0.0}, {"gamma": 0.1}):
+    for bad in (*bads, {"d_model": 30}, {"gamma": 0.1}):  # gamma 0: Table 1's zeta alone
         with pytest.raises(ConfigError):
             QuantConfig(**bad)
 
