@@ -18,11 +18,12 @@ The normalizers (`NORMALIZERS`; every one maps the scores (B, H, T, T) to weight
 - 'softmax': the paper's vanilla and clipped softmax above.
 - 'off_by_one': softmax with one more term, a zero logit, in the denominator,
   e^x_i / (1 + sum_j e^x_j) (Miller's "softmax off by one"; flaxformer's `softmax1`): a
-  row can put its mass on nothing by making every score negative. Computed as the lab's
-  fixed softmax over the scores with a zero column appended, that column then dropped.
+  row can put its mass on nothing by making every score negative. `numerics.softmax`'s
+  `sink=0.0`: the lab's fixed softmax with the extra term among the others (margin form).
 - 'sink': the same with a learned logit s_h per head in place of the zero (GPT-OSS's
-  attention sinks): e^x_i / (e^s_h + sum_j e^x_j); s starts at 0 (off by one at init),
-  has no weight decay and is not quantized (a bias-like vector).
+  attention sinks): e^x_i / (e^s_h + sum_j e^x_j), `numerics.softmax(..., sink=s)`; s
+  starts at 0 (off by one at init), has no weight decay and is not quantized (a bias-like
+  vector).
 - 'sigmoid': sigmoid(x_ij - log n) per entry, n the number of keys (the sequence length T),
   no normalization over the keys (Ramapuram et al. 2024's sigmoid attention with their
   b = -log n): each weight is independent, so a head does nothing by making them all small.
@@ -155,22 +156,14 @@ def attention_weights(
     if normalizer == "softmax":
         # gamma = 0, zeta = 1 is the plain softmax bit for bit (see the module docstring).
         return numerics.clipped_softmax(scores_BxHxTxT, gamma, zeta, where=mask_1x1xTxT)
-    b_, h_, tq, tk = scores_BxHxTxT.shape
+    h_, tk = scores_BxHxTxT.shape[1], scores_BxHxTxT.shape[-1]
     if normalizer in ("off_by_one", "sink"):
-        if normalizer == "sink":
-            if sink_H is None:
-                raise ValueError("the 'sink' normalizer needs the per-head sink logits")
-            extra = jnp.broadcast_to(
-                sink_H.astype(scores_BxHxTxT.dtype)[None, :, None, None], (b_, h_, tq, 1)
-            )
-        else:
-            extra = jnp.zeros((b_, h_, tq, 1), scores_BxHxTxT.dtype)
-        wide = jnp.concatenate([scores_BxHxTxT, extra], axis=-1)
-        where = None
-        if mask_1x1xTxT is not None:
-            keep = jnp.ones((*mask_1x1xTxT.shape[:-1], 1), bool)
-            where = jnp.concatenate([mask_1x1xTxT, keep], axis=-1)
-        return numerics.softmax(wide, axis=-1, where=where)[..., :tk]
+        if normalizer == "sink" and sink_H is None:
+            raise ValueError("the 'sink' normalizer needs the per-head sink logits")
+        # numerics.softmax's sink: one more term in each row's denominator, in the margin
+        # form, its own entry dropped; (1, H, 1, 1) broadcasts one logit per head.
+        sink = 0.0 if normalizer == "off_by_one" else sink_H.reshape(1, h_, 1, 1)
+        return numerics.softmax(scores_BxHxTxT, axis=-1, where=mask_1x1xTxT, sink=sink)
     if normalizer == "sigmoid":
         weights = jax.nn.sigmoid(scores_BxHxTxT - np.float32(math.log(tk)))
         return weights if mask_1x1xTxT is None else jnp.where(mask_1x1xTxT, weights, 0.0)

@@ -58,7 +58,8 @@ def test_a_sink_logit_of_minus_infinity_is_vanilla(mask):
 @pytest.mark.parametrize("mask", [None, CAUSAL], ids=["full", "causal"])
 def test_off_by_one_is_softmax_with_a_zero_logit_appended(mask):
     """softmax_1(x)_i = e^x_i / (1 + sum_j e^x_j): against float64 with a 0 appended, and
-    equal to the learned sink at s = 0 bit for bit (the same program with a zero column)."""
+    equal to the learned sink at s = 0 bit for bit (numerics.softmax's sink, 0 as a number or
+    per head)."""
     x = _scores(2)
     got = _weights(x, "off_by_one", mask)
     x64 = np.asarray(x, np.float64)
