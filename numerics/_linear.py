@@ -7,6 +7,7 @@ chunk of the vocabulary one step of the scan holds, as (N, C) logits.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ from numerics import _validate, _vocab_parallel
 from numerics._lm_loss import (
     ChunkStats,
     LossOptions,
+    cap_slope,
     capped,
     chunk_grad,
     chunk_stats,
@@ -24,7 +26,7 @@ from numerics._lm_loss import (
     finish,
     validate_options,
 )
-from numerics._softmax import compute_dtype
+from numerics._softmax import compute_dtype, one_plus
 
 DEFAULT_CHUNK_SIZE = 4096
 """Vocabulary columns per chunk: (N, 4096) float32 logits live at a time, 64 MiB at
@@ -86,8 +88,9 @@ def operand_dtype(dtype, backend: str | None = None) -> np.dtype:
     return dtype if _native_16bit(backend or jax.default_backend(), dtype.name) else ctype
 
 
-def head_dot(a, b):
-    """a @ b accumulated in the compute dtype, at HIGHEST precision.
+def head_dot(a, b, ctype=None):
+    """a @ b accumulated in the compute dtype (or `ctype`, the `accumulation_dtype` of
+    `linear_cross_entropy`), at HIGHEST precision.
 
     bf16 and fp16 products accumulate in float32 (`preferred_element_type`), and float32
     runs at HIGHEST, so no backend drops to bf16 or TF32 passes behind the caller's back.
@@ -96,16 +99,19 @@ def head_dot(a, b):
     value is a float32 and so is every product of two), the same accumulation either way.
     Native bf16 ran 1.5-2.8x faster than the conversion on this project's AMD EPYC with
     AVX512-BF16 (N 1,024, D 256, C 4,096; benchmarks/bench_linear_cross_entropy.py for the loss).
+    A `ctype` wider than the compute dtype (float64 for bf16, fp16 or fp32 operands) takes
+    the operands converted to it, exactly, so products and sums are float64's.
     """
-    ctype = compute_dtype(a.dtype)
-    if a.dtype != ctype and operand_dtype(a.dtype) == np.dtype(ctype):
+    default = compute_dtype(a.dtype)
+    ctype = default if ctype is None else np.dtype(ctype)
+    if a.dtype != ctype and (ctype != default or operand_dtype(a.dtype) == np.dtype(ctype)):
         a, b = a.astype(ctype), b.astype(ctype)
     return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=ctype)
 
 
-def _logits(hidden_NxD, weight_DxC, bias_C):
+def _logits(hidden_NxD, weight_DxC, bias_C, ctype=None):
     """One chunk's logits in the compute dtype (`head_dot`), the bias (if any) added there."""
-    z = head_dot(hidden_NxD, weight_DxC)
+    z = head_dot(hidden_NxD, weight_DxC, ctype)
     return z if bias_C is None else z + bias_C.astype(z.dtype)[None, :]
 
 
@@ -183,12 +189,26 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
     """
     hidden, weight, bias, labels, terms = residuals
     ctype = compute_dtype(hidden.dtype)
-    full, rest = vocab_chunks(weight.shape[1], chunk)
     kept_t = jnp.ones(labels.shape, bool)
     scale = cotangent.astype(ctype)[:, None]
+
+    def grad_of(z, local_t):
+        return chunk_grad(z, local_t, None, kept_t, terms, opts) * scale
+
+    inputs = (hidden, weight, bias, labels)
+    return head_backward(inputs, chunk, grad_of, ctype, (cotangent, *terms), vocab_axis)
+
+
+def head_backward(inputs, chunk, grad_of, ctype, row_arrays, vocab_axis=None):
+    """(d hidden, d weight, d bias, d labels) from `grad_of(z_raw, local_t)`, the cotangent
+    times dL/dz_raw of one chunk's raw logits (N, C) in `ctype`: the chunks recomputed in
+    `ctype` (`head_dot`), g rounded once to the inputs' dtype, the two products accumulated
+    in `ctype`. `row_arrays`: the per-row arrays `grad_of` reads (for shard_map's axes)."""
+    hidden, weight, bias, labels = inputs
+    full, rest = vocab_chunks(weight.shape[1], chunk)
     # The mesh axes the per-chunk gradients vary over (empty outside shard_map).
     axes = frozenset().union(
-        *(_varying(x) for x in (hidden, weight, labels, cotangent, *terms)),
+        *(_varying(x) for x in (hidden, weight, labels, *row_arrays)),
         *(() if bias is None else (_varying(bias),)),
         () if vocab_axis is None else (vocab_axis,),
     )
@@ -201,13 +221,12 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
     hidden_t = jax.lax.optimization_barrier(hidden.T)
 
     def one(w_chunk, start, size):
-        z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
-        g = chunk_grad(z, labels - start, None, kept_t, terms, opts)
+        z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size), ctype)
         # g rounds once to the inputs' dtype, as the materialized loss's gradient does;
         # the products and the bias's column sums accumulate in the compute dtype.
-        g = (g * scale).astype(hidden.dtype)
+        g = grad_of(z, labels - start).astype(hidden.dtype)
         db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
-        return head_dot(g, w_chunk.T), head_dot(hidden_t, g).astype(w_dtype), db
+        return head_dot(g, w_chunk.T, ctype), head_dot(hidden_t, g, ctype).astype(w_dtype), db
 
     def write(d_weight, d_bias, dw, db, start):
         # The weight gradient is written chunk by chunk in place: stacking the chunks
@@ -253,6 +272,161 @@ def backward(opts, chunk, residuals, cotangent, vocab_axis):
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+# The general path (`return_aux`, `temperature`, `accumulation_dtype`): the same chunked
+# statistics plus the per-token outputs' (module docstring), one custom_vjp for all of them.
+
+
+class AuxConfig(NamedTuple):
+    """The general path's static settings."""
+
+    chunk: int
+    temperature: float  # T > 0: the logits are c tanh(z / c) / T
+    ctype: str  # the accumulation dtype's name
+
+
+class AuxStats(NamedTuple):
+    """One chunk's statistics for the per-token outputs (rows,), in the accumulation dtype."""
+
+    top: jax.Array  # the chunk's max (-inf for a chunk of only -inf, NaN with a NaN)
+    arg: jax.Array  # the index (in the whole vocabulary, int32) of its first maximum
+    s_rest: jax.Array  # sum of e^(z_j - top) over the chunk but that maximum
+    gaps: jax.Array  # sum of (top - z_j) e^(z_j - top) over the chunk
+
+
+def _final_logits(z_raw, opts: LossOptions, temperature: float):
+    """c tanh(z / c) / T (the cap first, then the temperature) in z_raw's dtype."""
+    z = capped(z_raw, opts)
+    return z if temperature == 1.0 else z / jnp.asarray(temperature, z.dtype)
+
+
+def _aux_chunk(z, start) -> AuxStats:
+    top = jnp.max(z, axis=-1)
+    kept = top > -jnp.inf
+    shift = jnp.where(kept, top, jnp.zeros((), z.dtype))[:, None]
+    arg = jnp.argmax(z, axis=-1).astype(jnp.int32)
+    iota = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1)
+    e = jnp.exp(z - shift)
+    zero = jnp.zeros((), z.dtype)
+    s_rest = jnp.sum(jnp.where(iota == arg[:, None], zero, e), axis=-1)
+    # (top - z_j) e^(z_j - top) >= 0, 0 where e is (-inf entries, underflow: never inf * 0).
+    gaps = jnp.sum(jnp.where(e > 0, (shift - z) * e, zero), axis=-1)
+    return AuxStats(top, arg + start, s_rest, gaps)
+
+
+class EntropyTerms(NamedTuple):
+    """What the entropy's gradient needs per row (rows,)."""
+
+    top: jax.Array  # M, the row max (0 for a row of only -inf)
+    hi: jax.Array  # fl(1 + S_others), S_others over every entry but one maximum
+    mean_gap: jax.Array  # A = T / hi
+
+
+def _aux_combine(aux: AuxStats):
+    """(H, argmax, EntropyTerms) per row from the chunks' AuxStats (stacked on axis 0).
+
+    With M = max_c top_c and c* the first chunk holding it, each chunk's sums rescale once
+    by e^(top_c - M) (an exact 1 for c*): S_others = sum_c e^(top_c - M) (s_rest_c + [c !=
+    c*]), every chunk's own maximum counted but c*'s, and T = sum_c e^(top_c - M) (gaps_c +
+    (M - top_c)(1 + s_rest_c)), all terms >= 0."""
+    dtype = aux.s_rest.dtype
+    zero = jnp.zeros((), dtype)
+    top = jnp.max(aux.top, axis=0)
+    star = jnp.argmax(aux.top, axis=0)  # the first chunk with the max (a NaN: the first NaN)
+    kept = aux.top > -jnp.inf
+    shift = jnp.where(kept, aux.top, zero)
+    row = jnp.where(top > -jnp.inf, top, zero)
+    scale = jnp.where(kept, jnp.exp(shift - row), zero)
+    is_star = jnp.arange(aux.top.shape[0])[:, None] == star[None, :]
+    own = jnp.where(kept & ~is_star, jnp.ones((), dtype), zero)
+    s_others = jnp.sum(scale * (aux.s_rest + own), axis=0)
+    full = jnp.where(kept, 1 + aux.s_rest, zero)
+    big_t = jnp.sum(scale * (aux.gaps + jnp.where(kept, row - shift, zero) * full), axis=0)
+    hi, lo = one_plus(s_others)
+    mean_gap = big_t / hi
+    h = jnp.log(hi) + lo / hi + mean_gap
+    argmax = jnp.take_along_axis(aux.arg, star[None, :], axis=0)[0]
+    return h, argmax, EntropyTerms(row, hi, mean_gap)
+
+
+def _stacked(one, weight, chunk, index_dtype):
+    """`one(w_chunk, start, size)` over the vocabulary's chunks, stacked on a leading axis."""
+    full, rest = vocab_chunks(weight.shape[1], chunk)
+
+    def step(_, i):
+        start = i * chunk
+        return None, one(jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1), start, chunk)
+
+    parts = []
+    if full:
+        parts.append(jax.lax.scan(step, None, jnp.arange(full, dtype=index_dtype))[1])
+    if rest:
+        last = one(weight[:, full * chunk :], jnp.asarray(full * chunk, index_dtype), rest)
+        parts.append(jax.tree.map(lambda v: v[None], last))
+    return jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts)
+
+
+def _aux_forward(hidden, weight, bias, labels, opts, cfg: AuxConfig):
+    ctype = np.dtype(cfg.ctype)
+    uncapped = opts._replace(soft_cap=None)  # the cap is applied in `_final_logits`
+
+    def one(w_chunk, start, size):
+        z_raw = _logits(hidden, w_chunk, _bias_chunk(bias, start, size), ctype)
+        z = _final_logits(z_raw, opts, cfg.temperature)
+        return chunk_stats(z, labels - start, None, uncapped), _aux_chunk(z, start)
+
+    stats, aux = _stacked(one, weight, cfg.chunk, labels.dtype)
+    stats = combine(stats)
+    kept_t = jnp.ones(labels.shape, bool)
+    loss, terms = finish(stats, kept_t, uncapped)
+    ce = finish(stats, kept_t, LossOptions())[0]  # the plain margin-form CE: -log p_y
+    h, argmax, h_terms = _aux_combine(aux)
+    return (loss, -ce, h, terms.lse, argmax), (terms, h_terms)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _linear_aux(hidden, weight, bias, labels, opts, cfg):
+    """(loss, log_prob, entropy, lse, argmax) per row, in the accumulation dtype (argmax
+    int32): the loss, log_prob, entropy and lse differentiable."""
+    return _aux_forward(hidden, weight, bias, labels, opts, cfg)[0]
+
+
+def _linear_aux_fwd(hidden, weight, bias, labels, opts, cfg):
+    out, (terms, h_terms) = _aux_forward(hidden, weight, bias, labels, opts, cfg)
+    return out, (hidden, weight, bias, labels, terms, h_terms)
+
+
+def _linear_aux_bwd(opts, cfg, residuals, cotangents):
+    hidden, weight, bias, labels, terms, h_terms = residuals
+    ctype = np.dtype(cfg.ctype)
+    c_loss, c_lp, c_h, c_lse = (c.astype(ctype)[:, None] for c in cotangents[:4])
+    kept_t = jnp.ones(labels.shape, bool)
+    uncapped = opts._replace(soft_cap=None)
+    col = lambda v: v[:, None]  # noqa: E731
+    inv_t = None if cfg.temperature == 1.0 else 1 / jnp.asarray(cfg.temperature, ctype)
+
+    def grad_of(z_raw, local_t):
+        z = _final_logits(z_raw, opts, cfg.temperature)
+        # d loss / dz (the loss's own form), d log p_y / dz = -(the plain CE's gradient,
+        # target entry -S_others / S), d lse / dz = q and dH / dz = p (g - A).
+        g = chunk_grad(z, local_t, None, kept_t, terms, uncapped) * c_loss
+        g = g - chunk_grad(z, local_t, None, kept_t, terms, LossOptions()) * c_lp
+        q = jnp.exp(z - col(terms.z_max)) * col(terms.inv_s)
+        e = jnp.exp(z - col(h_terms.top))
+        zero = jnp.zeros((), ctype)
+        dh = jnp.where(e > 0, e / col(h_terms.hi) * ((col(h_terms.top) - z) - col(h_terms.mean_gap)), zero)
+        g = g + dh * c_h + q * c_lse
+        slope = cap_slope(z_raw, opts)
+        if slope is not None:
+            g = g * slope
+        return g if inv_t is None else g * inv_t
+
+    inputs = (hidden, weight, bias, labels)
+    return head_backward(inputs, cfg.chunk, grad_of, ctype, (*cotangents[:4], *terms, *h_terms))
+
+
+_linear_aux.defvjp(_linear_aux_fwd, _linear_aux_bwd)
 
 
 # The vocabulary over devices (`vocab_axis`): the same statistics per shard, combined across
@@ -375,7 +549,10 @@ def linear_cross_entropy(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     vocab_axis: str | None = None,
     batch_axis: str | None = None,
-) -> jax.Array:
+    return_aux: bool = False,
+    temperature: float = 1.0,
+    accumulation_dtype=None,
+) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
     r"""Cross-entropy of the logits hidden @ weight, never holding the (..., V) logits.
 
     The language-model head and its loss in one: with z = hidden @ weight (+ bias) (hidden
@@ -456,6 +633,9 @@ def linear_cross_entropy(
       Losses in the dtype of `hidden`: labels.shape for "none", a scalar otherwise.
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
+    if not isinstance(return_aux, bool):
+        raise TypeError(f"return_aux must be True or False; got {return_aux!r}.")
+    temperature = _check_temperature(temperature)
     num_classes = None
     if vocab_axis is not None or batch_axis is not None:
         num_classes = _vocab_parallel.global_classes(weight, vocab_axis, batch_axis, "weight")
@@ -463,6 +643,18 @@ def linear_cross_entropy(
         hidden, weight, labels, where, ignore_index, chunk_size, reduction, num_classes
     )
     bias = _check_bias(bias, hidden.dtype, weight.shape[1])
+    ctype = _check_accumulation(accumulation_dtype, hidden.dtype)
+    general = return_aux or temperature != 1.0 or ctype != compute_dtype(hidden.dtype)
+    if general and (vocab_axis is not None or batch_axis is not None):
+        raise ValueError(
+            "return_aux, temperature and accumulation_dtype are not supported with "
+            "vocab_axis / batch_axis yet: call linear_cross_entropy without them there."
+        )
+    if general:
+        return _general(
+            hidden, weight, bias, labels, kept, opts, chunk, reduction, return_aux, temperature,
+            ctype,
+        )
     num_classes = weight.shape[1] if num_classes is None else num_classes
     shape = labels.shape
     ctype = compute_dtype(hidden.dtype)
@@ -497,3 +689,100 @@ def linear_cross_entropy(
     if reduction == "sum":
         return total.astype(hidden.dtype)
     return (total / jnp.maximum(count, 1)).astype(hidden.dtype)
+
+
+def _check_temperature(temperature) -> float:
+    """T as a Python float: a finite number > 0 (static under jit), else one clear error."""
+    if isinstance(temperature, jax.core.Tracer):
+        raise TypeError("temperature must be a Python number (static under jit); got a traced value.")
+    if isinstance(temperature, bool):
+        raise TypeError(f"temperature must be a number; got {temperature!r}.")
+    try:
+        value = float(temperature)
+    except (TypeError, ValueError):
+        raise TypeError(f"temperature must be a number; got {temperature!r}.") from None
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"temperature must be a finite number > 0; got {temperature}.")
+    return value
+
+
+def _check_accumulation(accumulation_dtype, dtype) -> np.dtype:
+    """The accumulation dtype: the compute dtype for None (float32, float64 for float64
+    inputs); float32 or float64 (x64 on), never narrower than the compute dtype."""
+    default = np.dtype(compute_dtype(dtype))
+    if accumulation_dtype is None:
+        return default
+    try:
+        acc = np.dtype(accumulation_dtype)
+    except TypeError:
+        acc = None
+    if acc not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(
+            f"accumulation_dtype must be float32 or float64 (or None); got {accumulation_dtype!r}."
+        )
+    if acc == np.float64 and jax.dtypes.canonicalize_dtype(np.float64) != np.float64:
+        raise ValueError(
+            "accumulation_dtype float64 needs JAX's x64 mode (`jax.enable_x64(True)`); "
+            "without it the sums would silently be float32."
+        )
+    if acc.itemsize < default.itemsize:
+        raise ValueError(
+            f"accumulation_dtype {acc.name} is narrower than {np.dtype(dtype).name}'s compute "
+            f"dtype {default.name}: the lab never drops precision silently."
+        )
+    return acc
+
+
+AUX_KEYS = ("log_prob", "entropy", "lse", "argmax", "z_loss")
+
+
+def _general(hidden, weight, bias, labels, kept, opts, chunk, reduction, return_aux, temp, ctype):
+    """`linear_cross_entropy` with the per-token outputs, a temperature or an accumulation
+    dtype (`_linear_aux`): (loss, aux) with `return_aux`, else the loss."""
+    shape = labels.shape
+    num_classes = weight.shape[1]
+    h = hidden.reshape(-1, hidden.shape[-1])
+    t = labels.reshape(-1)
+    keep = None if kept is None else kept.reshape(-1)
+    if num_classes == 0 or t.size == 0:  # nothing to compute: NaN (no class) or empty
+        fill = jnp.nan if num_classes == 0 else 0
+        loss = log_prob = ent = lse = jnp.full(t.shape, fill, ctype)
+        argmax = jnp.zeros(t.shape, jnp.int32)
+    else:
+        if keep is not None:
+            t = jnp.where(keep, t, 0)
+        valid = (t >= 0) & (t < num_classes)
+        cfg = AuxConfig(chunk, temp, ctype.name)
+        loss, log_prob, ent, lse, argmax = _linear_aux(
+            h, weight, bias, jnp.where(valid, t, 0), opts, cfg
+        )
+        nan = jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
+        loss, log_prob = loss * nan, log_prob * nan
+        if keep is not None:
+            zero = jnp.zeros((), ctype)
+            loss, log_prob, ent, lse = (
+                jnp.where(keep, x, zero) for x in (loss, log_prob, ent, lse)
+            )
+    if reduction == "none":
+        out = loss.reshape(shape).astype(hidden.dtype)
+    else:
+        total = jnp.sum(loss)
+        count = jnp.asarray(t.size, ctype) if keep is None else jnp.sum(keep).astype(ctype)
+        out = total if reduction == "sum" else total / jnp.maximum(count, 1)
+        out = out.astype(hidden.dtype)
+    if not return_aux:
+        return out
+    z_term = (
+        jnp.asarray(opts.z_loss, ctype) * lse * lse if opts.z_loss else jnp.zeros(t.shape, ctype)
+    )
+    aux = {
+        "log_prob": log_prob,
+        "entropy": ent,
+        "lse": lse,
+        "argmax": argmax,
+        "z_loss": z_term,
+    }
+    return out, {
+        k: v.reshape(shape) if k == "argmax" else v.reshape(shape).astype(hidden.dtype)
+        for k, v in aux.items()
+    }
