@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from numerics import _validate, _vocab_parallel
-from numerics._lm_loss import loss_from, options_cross_entropy, validate_options
+from numerics._lm_loss import (
+    LossOptions,
+    cap_slope,
+    capped,
+    loss_from,
+    options_cross_entropy,
+    validate_options,
+)
 from numerics._softmax import (
     finite_row_max,
     logsumexp_or_neg_inf,
@@ -204,7 +213,8 @@ def cross_entropy(
     soft_cap: float | None = None,
     label_smoothing: float = 0.0,
     vocab_axis: str | None = None,
-) -> jax.Array:
+    return_aux: bool = False,
+) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
     r"""Cross-entropy with integer labels that survives the precision cliff.
 
     With the margin m = z_t - logsumexp_{j != t} z_j (paper eq. 6),
@@ -293,11 +303,39 @@ def cross_entropy(
         (docs/lm-losses.md, "The vocabulary over devices"); reverse mode only
         (`jax.custom_vjp`), float8 logits refused. `numerics.sharded_cross_entropy` builds
         the `shard_map` from a mesh.
+      return_aux: True or False: also return the per-token outputs of
+        `linear_cross_entropy(..., return_aux=True)` on these logits, a dict of arrays of
+        the labels' shape: `log_prob` (`numerics.log_prob`), `entropy` (`numerics.entropy`),
+        `lse` (`numerics.logsumexp`), `argmax` (int32, the first maximum; with a tuple of
+        axes a flat index into the class slice, as labels) and `z_loss` (w lse^2), all of
+        the logits after the soft cap, computed in float32 (float64 for float64) and rounded
+        once to the logits' dtype; differentiable but argmax (the cap's slope sech^2, as the
+        loss's). Rows masked out entirely give 0 in each float output. Not with
+        `vocab_axis`; float8 logits are refused there.
 
     Returns:
-      Per-example losses of shape `labels.shape`, in the dtype of `logits`.
+      Per-example losses of shape `labels.shape`, in the dtype of `logits`; with
+      `return_aux`, (losses, aux).
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
+    if not isinstance(return_aux, bool):
+        raise TypeError(f"return_aux must be True or False; got {return_aux!r}.")
+    if return_aux:
+        if vocab_axis is not None:
+            raise ValueError(
+                "return_aux is not supported with vocab_axis yet: call cross_entropy without "
+                "it there, and numerics.log_prob / numerics.entropy on gathered logits."
+            )
+        loss = cross_entropy(
+            logits,
+            labels,
+            axis,
+            where,
+            z_loss=z_loss,
+            soft_cap=soft_cap,
+            label_smoothing=label_smoothing,
+        )
+        return loss, _materialized_aux(logits, labels, axis, where, opts)
     if vocab_axis is not None:
         return _vocab_parallel.cross_entropy(logits, labels, axis, where, opts, vocab_axis)
     logits, labels, mask = prepare(logits, labels, axis, where, float8=True)
@@ -345,3 +383,45 @@ def logit_margin(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1) -> jax.A
     others = jnp.where(iota == labels[..., None], -jnp.inf, logits - z_t)
     margin = -logsumexp_or_neg_inf(others)[..., 0]
     return jnp.where(valid_rows(logits, labels), margin, jnp.nan)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _capped(z: jax.Array, cap: float) -> jax.Array:
+    """c tanh(z / c) with the slope sech^2(z / c) (`numerics._lm_loss.cap_slope`), never
+    autodiff's 1 - tanh^2, which cancels where tanh rounds towards 1."""
+    return capped(z, LossOptions(soft_cap=cap))
+
+
+@_capped.defjvp
+def _capped_jvp(cap, primals, tangents):
+    (z,), (dz,) = primals, tangents
+    return _capped(z, cap), dz * cap_slope(z, LossOptions(soft_cap=cap))
+
+
+def _materialized_aux(logits, labels, axis, where, opts) -> dict[str, jax.Array]:
+    """`cross_entropy(..., return_aux=True)`'s aux: the per-token outputs of the capped
+    logits, in the compute dtype, rounded once to the logits' dtype."""
+    from numerics._logsumexp import logsumexp
+    from numerics._per_token import entropy, log_prob
+
+    raw = _validate.float_array(logits, "logits")
+    axes = _validate.class_axes(raw, axis, "logits")
+    mask = _validate.loss_mask(where, raw.shape, axes)
+    z = raw.astype(_compute_dtype(raw.dtype))
+    if opts.soft_cap is not None:
+        z = _capped(z, opts.soft_cap)
+    lp = log_prob(z, labels, axis, where)
+    ent = entropy(z, axis, where)
+    flat = _validate.classes_last(z, axes)
+    flat_mask = None if mask is None else _validate.classes_last(mask, axes)
+    kept = flat if flat_mask is None else jnp.where(flat_mask, flat, -jnp.inf)
+    lse = logsumexp(kept, axis=-1)
+    padding = ~_any_kept(flat_mask, flat.shape)[..., 0]
+    zero = jnp.zeros((), z.dtype)
+    lse = jnp.where(padding, zero, lse)
+    argmax = jnp.argmax(kept, axis=-1).astype(jnp.int32)
+    w = jnp.asarray(opts.z_loss, z.dtype)
+    z_term = w * lse * lse if opts.z_loss else jnp.zeros(lse.shape, z.dtype)
+    out = {"log_prob": lp, "entropy": ent, "lse": lse, "z_loss": z_term}
+    out = {k: v.astype(raw.dtype) for k, v in out.items()}
+    return {**out, "argmax": argmax}

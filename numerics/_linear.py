@@ -2,6 +2,42 @@
 
 Letters: N rows (the flattened batch shape), D the hidden size, V the vocabulary, C the
 chunk of the vocabulary one step of the scan holds, as (N, C) logits.
+
+**Per-token outputs** (`return_aux=True`, issue 47): the label's log-probability, the
+softmax's entropy, the log-sum-exp, the argmax and the z-loss term, per row, from the same
+chunk loop, never the (N, V) logits. With z the logits the loss sees (capped, then divided
+by the temperature) and, per chunk c, m_c its max (the first one, index a_c), r_c =
+sum_{j in c, j != a_c} e^(z_j - m_c) (the chunk's sum without its maximum's own 1) and
+t_c = sum_{j in c} (m_c - z_j) e^(z_j - m_c) >= 0:
+
+- log_prob = -CE of the plain margin form, -log1p(S_others e^(M - z_y)) with the target's
+  term summed apart (`numerics._lm_loss`): accurate near 0, where log_softmax is 0.
+- entropy. With M = max_c m_c, e^(z_j - M) = e^(m_c - M) e^(z_j - m_c) and M - z_j =
+  (M - m_c) + (m_c - z_j), so S = sum_j e^(z_j - M) and T = sum_j (M - z_j) e^(z_j - M) are
+
+      S = sum_c e^(m_c - M) (1 + r_c),    T = sum_c e^(m_c - M) (t_c + (M - m_c)(1 + r_c)),
+
+  every term >= 0. (The online form of the same identity rescales the running sums when
+  the max grows, T' = e^(M_old - M_new) (T + (M_new - M_old) S); the chunks are combined
+  at the end instead, as `combine` does, so each term is rescaled once.) Since
+  -log p_j = (M - z_j) + log S,
+
+      H = sum_j p_j (-log p_j) = log S + T / S,
+
+  two non-negative terms, so H never cancels (the standard lse - sum_j p_j z_j subtracts
+  two numbers of the size of |z|, which is noise for a peaked row or a large common
+  offset). For a peaked row S = 1 + S_others with S_others tiny: S_others = sum_c
+  e^(m_c - M) (r_c + [c != c*]) leaves out the one 1 of the first chunk c* holding M, so
+  log S = log1p(S_others) is formed without adding S_others to 1 (`one_plus`), and T / S
+  keeps T's relative accuracy: the materialized `numerics.entropy`'s form, H =
+  log1p(S_others) + A, A = T / (1 + S_others).
+- lse = M + log S, argmax the first index of the max (jnp.argmax's ties), z_loss = w lse^2.
+
+Gradients (`jax.custom_vjp`, the backward recomputes each chunk): d log_prob / dz =
+onehot(y) - p with the target entry S_others / S (never 1 - p_y), dH / dz_k = p_k (g_k - A)
+with g_k = M - z_k (at the max -p A, never 1 - p; the same as -p_k (log p_k + H)), d lse /
+dz = p; each times the cotangent of its output, summed with the loss's, times the cap's
+sech^2 and 1 / T, rounded once to the inputs' dtype before the two backward products.
 """
 
 from __future__ import annotations
@@ -415,7 +451,8 @@ def _linear_aux_bwd(opts, cfg, residuals, cotangents):
         q = jnp.exp(z - col(terms.z_max)) * col(terms.inv_s)
         e = jnp.exp(z - col(h_terms.top))
         zero = jnp.zeros((), ctype)
-        dh = jnp.where(e > 0, e / col(h_terms.hi) * ((col(h_terms.top) - z) - col(h_terms.mean_gap)), zero)
+        gap = col(h_terms.top) - z
+        dh = jnp.where(e > 0, e / col(h_terms.hi) * (gap - col(h_terms.mean_gap)), zero)
         g = g + dh * c_h + q * c_lse
         slope = cap_slope(z_raw, opts)
         if slope is not None:
@@ -599,6 +636,53 @@ def linear_cross_entropy(
       >>> dh.shape, dw.shape
       ((2, 2), (2, 3))
 
+    Per-token outputs (`return_aux=True`; derivations in `numerics._linear`'s docstring):
+    the result is `(loss, aux)`, `aux` a dict of arrays of the labels' shape, computed in
+    the same chunk loop from running statistics (the logits are never materialized):
+
+    - `log_prob`: log p_y of the label, -CE of the plain margin form (no smoothing, no
+      z-loss), accurate near 0 where `log_softmax` rounds to 0; as `numerics.log_prob`.
+    - `entropy`: H = -sum_j p_j log p_j as log1p(S_others) + T / (1 + S_others), two
+      non-negative terms, accurate for peaked rows and under a large common offset; as
+      `numerics.entropy`.
+    - `lse`: logsumexp of the logits the loss sees.
+    - `argmax` (int32): the first index of the row's max (jnp.argmax's ties), of the same
+      logits; `argmax == labels` is the token accuracy.
+    - `z_loss`: the z-loss term w lse^2 the loss contains (0 when `z_loss` is 0).
+
+    In the inputs' dtype (rounded once from the accumulation dtype), but argmax. Gradients:
+    `log_prob`, `entropy` and `lse` are differentiable with respect to hidden, weight and
+    bias (reverse mode, the backward recomputes the chunks: d log p_y / dz = onehot - p,
+    its target entry S_others / S; dH / dz_k = p_k (g_k - A), g_k = max z - z_k; d lse /
+    dz = p), so a policy-gradient loss sum(adv * log_prob) with an entropy bonus trains
+    through it in one backward pass; `z_loss` is w lse^2 of the differentiable lse;
+    `argmax` has none. Positions masked out (`where`, `ignore_index`) give 0 in every
+    float output (and gradient 0); argmax is computed there too. Not with `vocab_axis`.
+
+    `temperature` T > 0: the logits become c tanh(z / c) / T, the soft cap (a property of
+    the model's logits, Gemma 2's) first, then the temperature (the sampler's), so the cap
+    bounds the logits before T scales them; everything (loss, options, aux) is of those
+    logits, and the gradients carry sech^2(z / c) / T. T = 1 is no division at all.
+
+    `accumulation_dtype`: the dtype the chunks' dots accumulate in and the running sums,
+    the loss, the outputs and the gradient's chunks are computed in; None (the default)
+    is float32 for bf16, fp16 and fp32 inputs and float64 for float64 (the path above,
+    unchanged); float64 (x64 on) is allowed for any input. What it buys, per logit z =
+    sum_d h_d w_d over D terms: a product of two bf16 (8 significant bits) or two fp16
+    (11) values is exact in float32 and float64, of two float32 values exact in float64
+    only; a sum of D terms in a dtype of unit roundoff u is within (D - 1) u sum_d |h_d w_d|
+    (worst case, any order). So |dz| <= (D - 1) 2^-24 sum |h w| for bf16 / fp16 with
+    float32, D 2^-24 sum |h w| for fp32 with float32 (the products round too), and
+    (D - 1) 2^-53 sum |h w| with float64 for all three. The loss and log_prob move by at
+    most 2 max_j |dz_j| (lse and z_y each by max |dz|), lse by max |dz|, the entropy by
+    sum_k |dH / dz_k| max |dz| <= 2 H max |dz|; the running sums add (log2 C + 3) u
+    relative in the accumulation dtype. In bf16 (half an ulp 2^-9 relative) float32
+    accumulation is enough unless D sum |h w| 2^-24 nears 2^-9 of the output (D 4,096 and
+    sum |h w| around 100 in the worst case); for fp32 inputs float64 removes the logits'
+    rounding, which for a confident row is the loss's largest error (tests/numerics/
+    test_linear_aux.py measures both). float32 for float64 inputs is refused (it would
+    drop precision), as is any other dtype.
+
     Edge cases: positions masked out by `where` (or with `labels == ignore_index`) give
     loss 0 and gradient 0 and their labels are not checked; `mean` over no kept position
     is 0. Concrete labels outside [0, V) raise ValueError; traced ones give NaN (loss
@@ -628,9 +712,13 @@ def linear_cross_entropy(
       batch_axis: with `vocab_axis`, the mesh axis the rows are split over (data
         parallel): "sum" and "mean" then reduce over every device's rows (psum), not
         only this device's.
+      return_aux: True or False: also return the per-token outputs (above).
+      temperature: T > 0, a Python number: the logits (after the cap) divided by T.
+      accumulation_dtype: None, float32 or float64 (above).
 
     Returns:
-      Losses in the dtype of `hidden`: labels.shape for "none", a scalar otherwise.
+      Losses in the dtype of `hidden`: labels.shape for "none", a scalar otherwise; with
+      `return_aux`, (losses, aux), aux's arrays of shape labels.shape.
     """
     opts = validate_options(z_loss, soft_cap, label_smoothing)
     if not isinstance(return_aux, bool):
@@ -651,10 +739,8 @@ def linear_cross_entropy(
             "vocab_axis / batch_axis yet: call linear_cross_entropy without them there."
         )
     if general:
-        return _general(
-            hidden, weight, bias, labels, kept, opts, chunk, reduction, return_aux, temperature,
-            ctype,
-        )
+        cfg = AuxConfig(chunk, temperature, ctype.name)
+        return _general(hidden, weight, bias, labels, kept, opts, reduction, return_aux, cfg)
     num_classes = weight.shape[1] if num_classes is None else num_classes
     shape = labels.shape
     ctype = compute_dtype(hidden.dtype)
@@ -694,7 +780,9 @@ def linear_cross_entropy(
 def _check_temperature(temperature) -> float:
     """T as a Python float: a finite number > 0 (static under jit), else one clear error."""
     if isinstance(temperature, jax.core.Tracer):
-        raise TypeError("temperature must be a Python number (static under jit); got a traced value.")
+        raise TypeError(
+            "temperature must be a Python number (static under jit); got a traced value."
+        )
     if isinstance(temperature, bool):
         raise TypeError(f"temperature must be a number; got {temperature!r}.")
     try:
@@ -733,13 +821,11 @@ def _check_accumulation(accumulation_dtype, dtype) -> np.dtype:
     return acc
 
 
-AUX_KEYS = ("log_prob", "entropy", "lse", "argmax", "z_loss")
-
-
-def _general(hidden, weight, bias, labels, kept, opts, chunk, reduction, return_aux, temp, ctype):
+def _general(hidden, weight, bias, labels, kept, opts, reduction, return_aux, cfg: AuxConfig):
     """`linear_cross_entropy` with the per-token outputs, a temperature or an accumulation
     dtype (`_linear_aux`): (loss, aux) with `return_aux`, else the loss."""
     shape = labels.shape
+    ctype = np.dtype(cfg.ctype)
     num_classes = weight.shape[1]
     h = hidden.reshape(-1, hidden.shape[-1])
     t = labels.reshape(-1)
@@ -752,7 +838,6 @@ def _general(hidden, weight, bias, labels, kept, opts, chunk, reduction, return_
         if keep is not None:
             t = jnp.where(keep, t, 0)
         valid = (t >= 0) & (t < num_classes)
-        cfg = AuxConfig(chunk, temp, ctype.name)
         loss, log_prob, ent, lse, argmax = _linear_aux(
             h, weight, bias, jnp.where(valid, t, 0), opts, cfg
         )
