@@ -373,12 +373,12 @@ def _aux_combine(aux: AuxStats):
     kept = aux.top > -jnp.inf
     shift = jnp.where(kept, aux.top, zero)
     row = jnp.where(top > -jnp.inf, top, zero)
-    scale = jnp.where(kept, jnp.exp(shift - row), zero)
+    scale = jnp.where(kept, jnp.exp(shift - row[None, :]), zero)
     is_star = jnp.arange(aux.top.shape[0])[:, None] == star[None, :]
     own = jnp.where(kept & ~is_star, jnp.ones((), dtype), zero)
     s_others = jnp.sum(scale * (aux.s_rest + own), axis=0)
     full = jnp.where(kept, 1 + aux.s_rest, zero)
-    big_t = jnp.sum(scale * (aux.gaps + jnp.where(kept, row - shift, zero) * full), axis=0)
+    big_t = jnp.sum(scale * (aux.gaps + jnp.where(kept, row[None, :] - shift, zero) * full), axis=0)
     hi, lo = one_plus(s_others)
     mean_gap = big_t / hi
     h = jnp.log(hi) + lo / hi + mean_gap
@@ -804,7 +804,7 @@ def _check_accumulation(accumulation_dtype, dtype) -> np.dtype:
         acc = np.dtype(accumulation_dtype)
     except TypeError:
         acc = None
-    if acc not in (np.dtype(np.float32), np.dtype(np.float64)):
+    if acc is None or acc not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(
             f"accumulation_dtype must be float32 or float64 (or None); got {accumulation_dtype!r}."
         )

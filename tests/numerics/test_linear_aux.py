@@ -1,0 +1,786 @@
+"""`linear_cross_entropy(..., return_aux=True)`, `temperature` and `accumulation_dtype`
+(issue 47): every per-token output against mpmath in bf16, fp16, fp32 and fp64, the bf16
+margin sweep, the peers' failure modes, gradients, errors.
+
+Error model (fixed before looking at results). The logits reach the chunks exactly: hidden
+holds them and weight is the identity (or hidden and weight are small dyadic numbers), so
+every dot is exact in any order and accumulation dtype, and the oracle (mpmath at 256 bits,
+`numerics.oracle`) sees the same numbers. u is the unit roundoff of the compute dtype
+(float32 for bf16 and fp16, the dtype itself for fp32 and fp64); 16-bit results add half
+an ulp for their one final rounding.
+
+- **log_prob** is the chunked loss's plain margin form negated: the materialized model of
+  tests/numerics/test_per_token.py (`log_prob_bounds`: `ULPS` + log2 K + the conditioning
+  of exp, flushed terms forgiven) plus `CHUNK_ULPS` for the chunks' rescaling (one more
+  exp and product per term), as tests/numerics/test_linear_cross_entropy.py holds the loss.
+- **entropy**: the materialized model (`entropy_bounds`), with each entry counted as having
+  an inexact gap where any of the subtractions the chunks form rounds (m_c - z_j, M - m_c,
+  M - z_j; c_j = g_j covers them, since (m_c - z_j) + (M - m_c) = g_j), plus the rescaling
+  by e^(m_c - M): S_others' terms of every chunk but the max's one more exp and product
+  (4 u), T's terms that and the shift term (M - m_c)(1 + r_c) with its subtraction, product
+  and sum (7 u), and log2 (chunks) roundings of the sums over chunks. So L = log1p(S_others)
+  gains (4 + log2 n_c) u S_others / S, A = T / S gains (7 + log2 n_c + (4 + log2 n_c)
+  S_others / S) u A, and a gradient entry p_k (g_k - A) gains that of A times p_k plus
+  p_k's (4 + log2 n_c) u S_others / S relative.
+- **lse** = M + log S (M an exact logit): an absolute error of u (|lse| (the sum) + LOG_U log
+  S (the log) + EXP_U + the e^-g-weighted mean gap + log2 K + 5 + log2 n_c (S's relative
+  error: exps, their arguments, the sum, the rescaling)).
+- **argmax** and, on exact logits, everything that depends only on exact differences: equal.
+"""
+
+import functools
+import math
+import pathlib
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numerics
+from numerics import oracle, standard, testing
+from numerics._check_tolerances import finite_gaps, weighted_gap
+from tests.numerics.test_per_token import (
+    EXP_U,
+    LOG_U,
+    _closed_form,
+    _ctype,
+    _half,
+    _hard_rows,
+    _inexact,
+    entropy_bounds,
+    log_prob_bounds,
+)
+from tests.tolerances import BF16, DTYPES, F32, F64, ULPS
+
+CHUNK_ULPS = 1.5  # as tests/numerics/test_linear_cross_entropy.py
+FLOOR = -30000.0  # stands for -inf in hidden (-inf * 0 in the identity's dot would be NaN)
+
+
+def _u(dtype) -> float:
+    return 2.0 ** -(np.finfo(_ctype(dtype)).nmant + 1)
+
+
+def _chunks(k: int, chunk: int) -> int:
+    return -(-k // min(chunk, k))
+
+
+def _inexact_in_chunks(z, dtype, chunk):
+    """Per entry: whether m_c - z_j or M - m_c rounds in the compute dtype."""
+    ctype = _ctype(dtype).type
+    z = z.astype(np.float64)
+    out = np.zeros(z.shape, bool)
+    top = z.max(-1)
+    for r in range(z.shape[0]):
+        for start in range(0, z.shape[1], chunk):
+            part = z[r, start : start + chunk]
+            m_c = part.max()
+            shift_ok = float(ctype(top[r]) - ctype(m_c)) == top[r] - m_c
+            diff = (ctype(m_c) - part.astype(ctype)).astype(np.float64)
+            out[r, start : start + chunk] = (diff != m_c - part) | (not shift_ok)
+    return out
+
+
+def chunked_entropy_bounds(z, dtype, exact_h, exact_grad, chunk):
+    """(value bound per row, gradient bound per entry) of the chunked entropy in ulps: the
+    materialized model plus the rescaling (module docstring)."""
+    inexact = _inexact(z, dtype) | _inexact_in_chunks(z, dtype, chunk)
+    value, grad = entropy_bounds(z, dtype, exact_h, exact_grad, None, inexact)
+    u = _u(dtype)
+    z64 = z.astype(np.float64)
+    g = z64.max(-1, keepdims=True) - z64
+    e = np.exp(-g)
+    s = e.sum(-1, keepdims=True)
+    s_others = s - 1
+    a = (g * e).sum(-1, keepdims=True) / s
+    n_c = _chunks(z.shape[-1], chunk)
+    lg = np.log2(n_c) if n_c > 1 else 0.0
+    if n_c == 1:
+        return value, grad
+    rel_s = (4 + lg) * s_others / s
+    d_a = (7 + lg + rel_s) * a
+    h = exact_h.astype(np.float64)
+    gabs = np.abs(exact_grad.astype(np.float64))
+    p = e / s
+    with np.errstate(over="ignore"):  # a bound of inf where the exact gradient is 0
+        value = value + u * (rel_s + d_a)[:, 0] / oracle.ulp(h, dtype)
+        grad = grad + u * (gabs * rel_s + p * d_a) / oracle.ulp(gabs, dtype)
+    return value, grad
+
+
+def lse_bound(z, dtype, exact_lse, chunk):
+    """Bound on lse per row in ulps (module docstring)."""
+    u = _u(dtype)
+    z64 = z.astype(np.float64)
+    gaps = finite_gaps(z64)
+    s = np.exp(-gaps).sum(-1)
+    every = weighted_gap(gaps, np.zeros(z.shape, bool))
+    n_c = _chunks(z.shape[-1], chunk)
+    lse = np.abs(exact_lse.astype(np.float64))
+    err = u * (lse + LOG_U * np.log(s) + EXP_U + every + np.log2(z.shape[-1]) + 5 + np.log2(n_c))
+    return err / oracle.ulp(lse, dtype) + _half(dtype)
+
+
+def _identity_call(z, labels, chunk, **kw):
+    """linear_cross_entropy on hidden = z (N, K), weight = the identity: exact logits z.
+    Returns (loss, aux, d hidden of sum(log_prob), d hidden of sum(entropy)) as NumPy."""
+    z = np.asarray(z)
+    dtype = z.dtype
+    with jax.enable_x64(dtype == np.float64):
+        hidden = jnp.asarray(z)
+        weight = jnp.eye(z.shape[-1], dtype=dtype)
+        t = jnp.asarray(labels, jnp.int32)
+
+        @jax.jit
+        def run(h):
+            def f(h):
+                return numerics.linear_cross_entropy(
+                    h, weight, t, chunk_size=chunk, return_aux=True, **kw
+                )
+
+            (loss, aux), vjp = jax.vjp(f, h)
+            zeros = jax.tree.map(jnp.zeros_like, (loss, aux))
+
+            def cot(key):
+                c = jax.tree.map(lambda x: x, zeros)
+                c[1][key] = jnp.ones_like(aux[key])
+                c[1]["argmax"] = np.zeros(aux["argmax"].shape, jax.dtypes.float0)
+                return c
+
+            return loss, aux, vjp(cot("log_prob"))[0], vjp(cot("entropy"))[0]
+
+        return jax.device_get(run(hidden))
+
+
+def _finite(z):
+    return np.where(np.isfinite(z.astype(np.float64)), z, np.array(FLOOR, z.dtype))
+
+
+@functools.cache
+def _hard(dtype):
+    z, labels = _hard_rows(dtype)
+    return _finite(z), labels
+
+
+@functools.cache
+def _exact(z_bytes, shape, dtype, labels_bytes):
+    z = np.frombuffer(z_bytes, dtype).reshape(shape)
+    labels = np.frombuffer(labels_bytes, np.int32)
+    lp, lp_grad = oracle.log_prob_value_and_grad(z, labels, exact=True)
+    h, h_grad = oracle.entropy_value_and_grad(z, exact=True)
+    lse = oracle.logsumexp(z, axis=-1, exact=True)
+    return lp, lp_grad, h, h_grad, lse
+
+
+def exact_outputs(z, labels):
+    """The oracle's (log_prob, its gradient, H, its gradient, lse), mpmath values."""
+    z = np.ascontiguousarray(z)
+    labels = np.ascontiguousarray(labels, np.int32)
+    return _exact(z.tobytes(), z.shape, z.dtype, labels.tobytes())
+
+
+def check_aux(z, labels, dtype, chunk, out=None, **kw):
+    """Hold every output of the identity call to its bound; returns the outputs."""
+    loss, aux, lp_grad, h_grad = out if out is not None else _identity_call(z, labels, chunk)
+    for key in ("log_prob", "entropy", "lse", "z_loss"):
+        assert aux[key].dtype == dtype, key
+    assert aux["argmax"].dtype == np.int32
+    exact_lp, exact_lp_grad, exact_h, exact_h_grad, exact_lse = exact_outputs(z, labels)
+    v, g = log_prob_bounds(z, labels, dtype, exact_lp, exact_lp_grad)
+    testing.assert_ulp_close(aux["log_prob"], exact_lp, v + CHUNK_ULPS, dtype, err_msg="log_prob")
+    testing.assert_ulp_close(lp_grad, exact_lp_grad, g + CHUNK_ULPS, dtype, err_msg="d log_prob")
+    v, g = chunked_entropy_bounds(
+        z, dtype, exact_h.astype(np.float64), exact_h_grad.astype(np.float64), chunk
+    )
+    testing.assert_ulp_close(aux["entropy"], exact_h, v, dtype, err_msg="entropy")
+    testing.assert_ulp_close(h_grad, exact_h_grad, g, dtype, err_msg="d entropy")
+    bound = lse_bound(z, dtype, exact_lse, chunk)
+    testing.assert_ulp_close(aux["lse"], exact_lse, bound, dtype, err_msg="lse")
+    np.testing.assert_array_equal(aux["argmax"], np.argmax(z.astype(np.float64), -1))
+    # The loss without options is -log_prob, the same rounded number.
+    np.testing.assert_array_equal(np.asarray(loss, np.float64), -aux["log_prob"].astype(np.float64))
+    np.testing.assert_array_equal(aux["z_loss"], np.zeros_like(aux["z_loss"]))
+    return loss, aux, lp_grad, h_grad
+
+
+# -- against mpmath, per entry ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_output_against_mpmath(dtype):
+    # numerics.testing's hard cases up to K = 1000 (margins to 40, ties, near-ties, a 1e4
+    # offset, tiny scales, -inf entries as -30000), chunks of 96: 11 chunks, the last partial.
+    z, labels = _hard(np.dtype(dtype))
+    check_aux(z, labels, np.dtype(dtype), 96)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_logits_up_to_640(dtype):
+    # marin #8217: bf16 logits forward, float32 backward, 85.8 % softmax error at |z| 640.
+    rng = np.random.default_rng(640)
+    z = rng.uniform(-640, 640, (6, 64))
+    z[:, 0] = 640.0
+    z[1, 1] = -640.0
+    z[2] = np.sort(z[2])[::-1] * np.linspace(1, 0.999, 64)  # a spread, peaked row
+    z[3, :] = 640.0 - rng.uniform(0, 3, 64)  # a flat row at 640
+    z = z.astype(dtype)
+    labels = rng.integers(0, 64, 6).astype(np.int32)
+    check_aux(z, labels, np.dtype(dtype), 24)
+
+
+# -- every bf16 margin -----------------------------------------------------------------------
+
+
+@functools.cache
+def _sweep(k, chunk):
+    m = oracle.representable_values(BF16)
+    m = m[np.isfinite(m.astype(np.float64))]
+    z = np.zeros((m.size, k), BF16)
+    z[:, 0] = m
+    labels = np.zeros(m.size, np.int32)
+    return m, z, _identity_call(z, labels, chunk), _closed_form(m, k)
+
+
+@pytest.mark.parametrize(("k", "chunk"), [(2, 1), pytest.param(32, 8, marks=pytest.mark.slow)])
+def test_every_bf16_margin(k, chunk):
+    # Logits [m, 0, ..., 0] for every finite bf16 m, label 0, in chunks (K = 2: one column
+    # each, so every row combines two chunks). The exact values are test_per_token's
+    # closed form (checked there against the oracle).
+    m, z, (_loss, aux, lp_grad, h_grad), exact = _sweep(k, chunk)
+    labels = np.zeros(m.size, np.int32)
+    lp_exact = np.zeros(z.shape)
+    lp_exact[:, :2] = exact[:, 1:3]
+    lp_exact[:, 2:] = exact[:, 2:3]
+    h_exact = np.zeros(z.shape)
+    h_exact[:, :2] = exact[:, 4:6]
+    h_exact[:, 2:] = exact[:, 5:6]
+    v, g = log_prob_bounds(z, labels, BF16, exact[:, 0], lp_exact)
+    hv, hg = chunked_entropy_bounds(z, BF16, exact[:, 3], h_exact, chunk)
+    checks = [
+        ("log_prob", aux["log_prob"], exact[:, 0], v + CHUNK_ULPS),
+        ("d log_prob[0]", lp_grad[:, 0], exact[:, 1], g[:, 0] + CHUNK_ULPS),
+        ("d log_prob[1]", lp_grad[:, 1], exact[:, 2], g[:, 1] + CHUNK_ULPS),
+        ("entropy", aux["entropy"], exact[:, 3], hv),
+        ("d entropy[0]", h_grad[:, 0], exact[:, 4], hg[:, 0]),
+        ("d entropy[1]", h_grad[:, 1], exact[:, 5], hg[:, 1]),
+    ]
+    for name, got, want, bound in checks:
+        testing.assert_ulp_close(got, want, bound, BF16, inputs=m, err_msg=f"K={k} {name}")
+    # Where nothing underflows the bound is a fraction of an ulp above the final rounding:
+    # the values are within 1 ulp there.
+    normal = np.abs(m.astype(np.float64)) < 87
+    for name, got, want, _ in checks[::3]:
+        assert np.max(oracle.ulp_error(got[normal], want[normal], BF16)) <= 1.0, name
+    # Past bf16's cliff (and float32's) the fixed outputs are non-zero to underflow,
+    # where the standard formulas are 0 (test_standard_formulas_fail_... names where).
+    alive = (m.astype(np.float64) > 0) & (m.astype(np.float64) < 87)
+    assert np.all(aux["log_prob"][alive] < 0) and np.all(aux["entropy"][alive] > 0)
+    # argmax: 0 where m >= 0 (ties to the first index), 1 below; XLA's CPU kernels treat
+    # subnormal inputs as 0, so a subnormal negative m ties with the zeros too.
+    mf = m.astype(np.float64)
+    tiny = float(np.finfo(np.float32).smallest_normal)
+    np.testing.assert_array_equal(aux["argmax"], np.where(mf > -tiny, 0, 1))
+
+
+# -- the peers' failure modes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_common_offset_of_1e4_through_the_bias(dtype):
+    # PyTorch #195829: a wrong loss when every logit shares a large offset. The offset is
+    # 1e4 as the dtype holds it, added by the bias; the base logits are multiples of
+    # ulp(1e4), so z + 1e4 is exact (in the compute dtype too) and both rows are the same
+    # distribution: every z_max - z_j and m_c - M is the same exact number, so log_prob,
+    # entropy, argmax and the gradients are bit-identical with and without the offset,
+    # and lse moves by exactly the offset where it is exact.
+    dtype = np.dtype(dtype)
+    offset = float(np.array(1e4, dtype))
+    step = float(oracle.ulp(offset, dtype))
+    rng = np.random.default_rng(4)
+    base = np.round(rng.standard_normal((6, 16)) * max(3.0, 4 * step) / step) * step
+    base[0, 0] += 30 * step  # a peaked row
+    z0 = base.astype(dtype)
+    labels = np.argmax(base, -1).astype(np.int32)
+    labels[1] = 3
+    with jax.enable_x64(dtype == np.float64):
+        weight = jnp.eye(16, dtype=dtype)
+
+        @jax.jit
+        def run(h, b):
+            def f(h):
+                return numerics.linear_cross_entropy(
+                    h, weight, labels, bias=b, chunk_size=5, return_aux=True
+                )
+
+            (loss, aux), vjp = jax.vjp(f, h)
+            cot = (
+                jnp.zeros_like(loss),
+                {k: jnp.ones_like(v) for k, v in aux.items() if k != "argmax"}
+                | {"argmax": np.zeros(aux["argmax"].shape, jax.dtypes.float0)},
+            )
+            return loss, aux, vjp(cot)[0]
+
+        plain = jax.device_get(run(jnp.asarray(z0), jnp.zeros(16, dtype)))
+        shifted = jax.device_get(run(jnp.asarray(z0), jnp.full(16, offset, dtype)))
+    for key in ("log_prob", "entropy", "argmax"):
+        np.testing.assert_array_equal(plain[1][key], shifted[1][key], err_msg=key)
+    np.testing.assert_array_equal(plain[0], shifted[0])  # the loss
+    # The gradient of sum(log_prob + entropy + lse): lse's gradient p is shift invariant too.
+    np.testing.assert_array_equal(plain[2], shifted[2])
+    # Both within the oracle's bounds (the offset rows' exact values are the plain ones'):
+    # the plain rows through the identity call.
+    check_aux(z0, labels, dtype, 5)
+    # The standard entropy (verl's lse - sum p z) on the offset logits, materialized, is
+    # off by far more than the bound where the dtype is narrower than float64.
+    z1 = (base + offset).astype(dtype)
+    exact_h = oracle.entropy(z1)
+    with jax.enable_x64(dtype == np.float64):
+        naive = np.asarray(jax.jit(standard.entropy)(jnp.asarray(z1)))
+    bound, _ = entropy_bounds(z1, dtype, exact_h, np.zeros(z1.shape))
+    if dtype != np.float64:
+        assert np.max(oracle.ulp_error(naive, exact_h, dtype) - bound) > 0
+
+
+def _exact_case(dtype, n=8, d=16, v=37, seed=0):
+    """Dyadic hidden and weight (test_linear_cross_entropy's `_dyadic`): exact logits."""
+    rng = np.random.default_rng([n, d, v, seed])
+
+    def dyadic(shape):
+        if np.dtype(dtype).itemsize == 2:
+            return (rng.integers(-3, 4, shape) / 4).astype(dtype)
+        return (rng.integers(-63, 64, shape) / 8).astype(dtype)
+
+    return dyadic((n, d)), dyadic((d, v)), rng.integers(0, v, n).astype(np.int32)
+
+
+def _run_aux(hidden, weight, labels, **kw):
+    """(loss, aux, d hidden, d weight) of sum(loss + log_prob + entropy + lse) under jit."""
+    dtype = np.dtype(hidden.dtype)
+    with jax.enable_x64(dtype == np.float64):
+
+        @jax.jit
+        def run(h, w):
+            def f(h, w):
+                loss, aux = numerics.linear_cross_entropy(h, w, labels, return_aux=True, **kw)
+                total = loss + aux["log_prob"] + aux["entropy"] + aux["lse"]
+                return jnp.sum(total.astype(_ctype(dtype))), (loss, aux)
+
+            (_, (loss, aux)), grads = jax.value_and_grad(f, (0, 1), has_aux=True)(h, w)
+            return loss, aux, *grads
+
+        return jax.device_get(run(jnp.asarray(hidden), jnp.asarray(weight)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chunk_size_invariance(dtype):
+    # Each chunk size's outputs lie within their oracle bounds (check_aux, the bounds grow
+    # with log2 of the number of chunks), so two chunk sizes agree within the sum of both
+    # bounds; argmax is exact and so equal. Chunks 1 (every column its own chunk), 7
+    # (partial), 37 (one chunk) and 64 (capped at V).
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(9)
+    z = (rng.standard_normal((8, 37)) * 6).astype(dtype)
+    z[0, 3] = z[0, 30] = np.max(z[0]) + 1  # a tie across chunks: the first index wins
+    labels = rng.integers(0, 37, 8).astype(np.int32)
+    outs = {c: check_aux(z, labels, dtype, c) for c in (1, 7, 37, 64)}
+    exact_lp, _, exact_h, _, _ = exact_outputs(z, labels)
+    assert outs[1][1]["argmax"][0] == 3
+    for a, b in ((1, 7), (7, 37), (1, 64)):
+        for key, exact, bounds in (
+            (
+                "log_prob",
+                exact_lp,
+                lambda c: (
+                    log_prob_bounds(z, labels, dtype, exact_lp, np.zeros(z.shape))[0] + CHUNK_ULPS
+                ),
+            ),
+            (
+                "entropy",
+                exact_h,
+                lambda c: chunked_entropy_bounds(
+                    z, dtype, exact_h.astype(np.float64), np.zeros(z.shape), c
+                )[0],
+            ),
+        ):
+            diff = np.abs(outs[a][1][key].astype(np.float64) - outs[b][1][key].astype(np.float64))
+            limit = (bounds(a) + bounds(b)) * oracle.ulp(exact.astype(np.float64), dtype)
+            assert np.all(diff <= limit), (key, a, b)
+        np.testing.assert_array_equal(outs[a][1]["argmax"], outs[b][1]["argmax"])
+
+
+def test_batch_invariance():
+    # A row's outputs and its gradient rows do not depend on the other rows: on exact logits
+    # (dyadic hidden and weight) bit for bit, alone, in two batches, at two positions.
+    for dtype in (BF16, F32):
+        hidden, weight, labels = _exact_case(dtype, n=8, seed=1)
+        other, _, other_labels = _exact_case(dtype, n=8, seed=2)
+        other[5], other_labels[5] = hidden[2], labels[2]
+        a = _run_aux(hidden, weight, labels, chunk_size=8)
+        b = _run_aux(other, weight, other_labels, chunk_size=8)
+        alone = _run_aux(hidden[2:3], weight, labels[2:3], chunk_size=8)
+        for x, y, w in ((a[0], b[0], alone[0]), (a[2], b[2], alone[2])):
+            np.testing.assert_array_equal(x[2], y[5])
+            np.testing.assert_array_equal(x[2], w[0])
+        for key in a[1]:
+            np.testing.assert_array_equal(a[1][key][2], b[1][key][5], err_msg=key)
+            np.testing.assert_array_equal(a[1][key][2], alone[1][key][0], err_msg=key)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+def test_reduction_none_gradients_are_per_row(dtype):
+    # Liger #968: wrong gradients with reduction='none'. With a cotangent c per row, row i
+    # of d hidden is c_i times the gradient of row i alone, for the loss and for each
+    # differentiable aux output: bit for bit on exact logits through the identity weight
+    # (d hidden = g rounded once, times the identity: exact), where c_i is a power of two.
+    rng = np.random.default_rng(5)
+    z = (rng.standard_normal((6, 20)) * 4).astype(dtype)
+    labels = rng.integers(0, 20, 6).astype(np.int32)
+    c = 2.0 ** rng.integers(-2, 3, 6)
+    weight = jnp.eye(20, dtype=dtype)
+    f = functools.partial(numerics.linear_cross_entropy, chunk_size=6, return_aux=True)
+
+    def grads(h, t, cot):
+        out = {}
+        for key in ("loss", "log_prob", "entropy", "lse"):
+
+            def one(h, key=key):
+                loss, aux = f(h, weight, t)
+                return loss if key == "loss" else aux[key]
+
+            out[key] = jax.vjp(one, h)[1](cot.astype(h.dtype))[0]
+        return out
+
+    batch = jax.jit(grads)(jnp.asarray(z), labels, jnp.asarray(c))
+    for i in range(6):
+        alone = jax.jit(grads)(
+            jnp.asarray(z[i : i + 1]), labels[i : i + 1], jnp.asarray(c[i : i + 1])
+        )
+        for key in batch:
+            np.testing.assert_array_equal(batch[key][i], alone[key][0], err_msg=(i, key))
+    # and each is c_i times the unit-cotangent gradient (powers of two: exact)
+    unit = jax.jit(grads)(jnp.asarray(z), labels, jnp.ones(6))
+    for key in batch:
+        scaled = np.asarray(unit[key], np.float64) * c[:, None]
+        np.testing.assert_array_equal(np.asarray(batch[key], np.float64), scaled, err_msg=key)
+
+
+def test_z_loss_weight_zero_adds_nothing():
+    # OLMo-core #702: the z-loss added when switched off. Weight 0 gives the loss and the
+    # gradients of no z-loss bit for bit and a z_loss output of exact zeros; weight w gives
+    # z_loss = w lse^2 and a loss that is the plain loss plus it (two float32 roundings:
+    # the sum and the product, then bf16's rounding of each: 1 ulp of the loss).
+    hidden, weight, labels = _exact_case(BF16, n=8, seed=3)
+    plain = _run_aux(hidden, weight, labels, chunk_size=8)
+    zero = _run_aux(hidden, weight, labels, chunk_size=8, z_loss=0.0)
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(zero), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not np.any(np.asarray(zero[1]["z_loss"], np.float64))
+    w = 1e-2
+    with_z = _run_aux(hidden, weight, labels, chunk_size=8, z_loss=w)
+    lse = with_z[1]["lse"].astype(np.float64)
+    np.testing.assert_array_equal(with_z[1]["lse"], plain[1]["lse"])
+    testing.assert_ulp_close(with_z[1]["z_loss"], w * lse * lse, 1.5, BF16)  # lse's rounding
+    want = plain[0].astype(np.float64) + with_z[1]["z_loss"].astype(np.float64)
+    testing.assert_ulp_close(with_z[0], want, 1.5, BF16)
+    assert np.all(with_z[0].astype(np.float64) > plain[0].astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", [BF16, pytest.param(F64, marks=pytest.mark.slow)], ids=str)
+def test_soft_cap_is_applied(dtype):
+    # CCE #48: the soft cap never applied. The loss under a cap c = 2 against mpmath's
+    # capped cross-entropy (`oracle.cross_entropy(..., soft_cap=)`), within the option
+    # bound of the linear tests (value: ULPS + CHUNK_ULPS + OPTION_ULPS + CAP_ULPS c), and
+    # far from the uncapped loss; the aux outputs against the materialized
+    # `cross_entropy(..., soft_cap=c, return_aux=True)`: both cap the same float32 logits
+    # and round to bf16 once (1 ulp apart at most where each is within its bound of the
+    # same float32 values; float64: each within ULPS + CHUNK_ULPS + CAP_ULPS c + log2 K of
+    # the exact outputs of the capped logits, so twice that apart).
+    dtype = np.dtype(dtype)
+    hidden, weight, labels = _exact_case(dtype, n=8, v=37, seed=4)
+    with jax.enable_x64(dtype == np.float64):
+        loss, aux = jax.jit(
+            lambda h, w: numerics.linear_cross_entropy(
+                h, w, labels, soft_cap=2.0, chunk_size=8, return_aux=True
+            )
+        )(hidden, weight)
+        logits = jnp.dot(
+            jnp.asarray(hidden), jnp.asarray(weight), preferred_element_type=_ctype(dtype)
+        )
+        _m_loss, m_aux = jax.jit(
+            lambda z: numerics.cross_entropy(z, labels, soft_cap=2.0, return_aux=True)
+        )(logits.astype(dtype))
+        uncapped = numerics.linear_cross_entropy(hidden, weight, labels)
+    z64 = hidden.astype(np.float64) @ weight.astype(np.float64)
+    exact = oracle.cross_entropy(z64, labels, soft_cap=2.0)
+    bound = ULPS["value"][dtype] + CHUNK_ULPS + testing.OPTION_ULPS["value"]
+    bound += testing.CAP_ULPS * 2
+    testing.assert_ulp_close(loss, exact, bound, dtype, err_msg="capped loss")
+    assert np.max(np.abs(np.asarray(uncapped, np.float64) - exact)) > 0.1  # the cap matters here
+    assert np.max(np.abs(z64)) > 2  # the cap bites
+    each = ULPS["value"][dtype] + CHUNK_ULPS + testing.CAP_ULPS * 2 + np.log2(37)
+    tol = 1.0 if dtype.itemsize == 2 else 2 * each
+    for key in ("log_prob", "entropy", "lse"):
+        testing.assert_ulp_close(
+            aux[key], np.asarray(m_aux[key], np.float64), tol, dtype, err_msg=key
+        )
+    np.testing.assert_array_equal(aux["argmax"], m_aux["argmax"])
+
+
+# -- gradients ------------------------------------------------------------------------------
+
+
+def test_policy_gradient_matches_the_materialized_path_and_finite_differences():
+    # In float64: the gradient of sum(adv * log_prob) - beta sum(entropy) + lse with
+    # respect to hidden and weight against the same loss through the materialized
+    # numerics.log_prob / entropy / logsumexp of hidden @ weight, with a bias, a temperature
+    # and a cap. Both are within a few ulps of the exact gradient entries' terms: each
+    # gradient entry is a dot of D (resp. N) products of the logit gradients, whose size is
+    # sum |g| |w| (resp. |h| |g|), so they agree to 64 u of that (generous for 2 x (12 +
+    # log2 37) ulps of each side). Central differences of the chunked value: truncation
+    # h^2 |f'''| / 6 plus rounding eps |f| / h.
+    rng = np.random.default_rng(11)
+    n, d, v = 6, 5, 37
+    with jax.enable_x64(True):
+        h = jnp.asarray(rng.standard_normal((n, d)))
+        w = jnp.asarray(rng.standard_normal((d, v)))
+        b = jnp.asarray(rng.standard_normal(v))
+        t = jnp.asarray(rng.integers(0, v, n))
+        adv = jnp.asarray(rng.standard_normal(n))
+        beta, temp, cap = 0.3, 0.7, 4.0
+
+        def chunked(h, w):
+            _, aux = numerics.linear_cross_entropy(
+                h, w, t, bias=b, soft_cap=cap, temperature=temp, chunk_size=8, return_aux=True
+            )
+            return jnp.sum(adv * aux["log_prob"] - beta * aux["entropy"] + aux["lse"])
+
+        def materialized(h, w):
+            z = h @ w + b[None, :]
+            z = cap * jnp.tanh(z / cap) / temp
+            lp = numerics.log_prob(z, t)
+            return jnp.sum(adv * lp - beta * numerics.entropy(z) + jax.nn.logsumexp(z, -1))
+
+        val, (dh, dw) = jax.jit(jax.value_and_grad(chunked, (0, 1)))(h, w)
+        val_m, (dh_m, dw_m) = jax.jit(jax.value_and_grad(materialized, (0, 1)))(h, w)
+        eps = float(np.finfo(np.float64).eps)
+        np.testing.assert_allclose(val, val_m, rtol=64 * eps * 10)
+        scale_h = np.abs(np.asarray(w)).sum(1) * 3
+        scale_w = np.abs(np.asarray(h)).sum(0)[:, None] * 3
+        assert np.all(np.abs(dh - dh_m) <= 64 * eps * scale_h[None, :])
+        assert np.all(np.abs(dw - dw_m) <= 64 * eps * scale_w)
+        step = 1e-5
+        f = jax.jit(chunked)
+        for i, j in ((0, 0), (3, 4)):
+            e = jnp.zeros((n, d)).at[i, j].set(step)
+            fd = (f(h + e, w) - f(h - e, w)) / (2 * step)
+            assert abs(fd - dh[i, j]) <= step**2 * 100 + eps * 100 / step
+        for i, j in ((1, 2), (4, 36)):
+            e = jnp.zeros((d, v)).at[i, j].set(step)
+            fd = (f(h, w + e) - f(h, w - e)) / (2 * step)
+            assert abs(fd - dw[i, j]) <= step**2 * 100 + eps * 100 / step
+
+
+def test_temperature_divides_the_capped_logits():
+    # temperature T: the outputs are those of c tanh(z / c) / T, the cap first: against the
+    # oracle on those logits in float64 (the cap and the division round once each, a
+    # perturbation of CAP_ULPS + 1 ulps of |z'| that the outputs turn into at most twice
+    # that times their own conditioning; held to 2e-13 relative, generous for K = 37).
+    with jax.enable_x64(True):
+        hidden, weight, labels = _exact_case(np.float64, n=6, v=37, seed=5)
+        loss, aux = numerics.linear_cross_entropy(
+            hidden, weight, labels, soft_cap=3.0, temperature=0.5, chunk_size=8, return_aux=True
+        )
+    z = hidden @ weight
+    zt = 3.0 * np.tanh(z / 3.0) / 0.5
+    np.testing.assert_allclose(aux["entropy"], oracle.entropy(zt), rtol=2e-13)
+    np.testing.assert_allclose(aux["log_prob"], -oracle.cross_entropy(zt, labels), rtol=2e-13)
+    np.testing.assert_allclose(loss, oracle.cross_entropy(zt, labels), rtol=2e-13)
+    # The other order, c tanh(z / (c T)) T / T..., differs: the cap is applied first.
+    other = 3.0 * np.tanh(z / 0.5 / 3.0)
+    assert np.max(np.abs(oracle.entropy(other) - aux["entropy"])) > 1e-3
+
+
+# -- accumulation dtype ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+def test_accumulation_dtype_buys_its_stated_error(dtype):
+    # The docstring's model: a logit z = sum_d h_d w_d over D terms is within (D - 1) u_acc
+    # sum |h w| (bf16 products exact in both; fp32's products exact in float64, rounded in
+    # float32: D u32); the loss moves by at most 2 max |dz|, the entropy by 2 H max |dz|,
+    # on top of their own bounds (ULPS + CHUNK_ULPS, in ulps of the exact values computed
+    # from the exact logits). Random hidden and weight with D = 512; rows made confident
+    # (the label's column gets a large weight), where a small loss makes the logits'
+    # rounding the largest error. float64 accumulation must meet the bound with u_acc =
+    # 2^-53; float32 accumulation the bound with 2^-24.
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(13)
+    n, d, v = 8, 512, 40
+    hidden = (rng.standard_normal((n, d)) / 4).astype(dtype)
+    weight = (rng.standard_normal((d, v)) / 4).astype(dtype)
+    labels = rng.integers(0, v, n).astype(np.int32)
+    h64, w64 = hidden.astype(np.float64), weight.astype(np.float64)
+    for r, t in enumerate(labels):  # confident rows: margin about 12
+        weight[:, t] = (w64[:, t] + 12 * h64[r] / (h64[r] @ h64[r])).astype(dtype)
+    w64 = weight.astype(np.float64)
+    z = h64 @ w64  # products exact in float64 for both dtypes, the sum rounded at 2^-53 D
+    size = np.abs(h64) @ np.abs(w64)
+    exact_loss = oracle.cross_entropy(z, labels, exact=True)
+    exact_h = oracle.entropy(z, exact=True)
+    results = {}
+    with jax.enable_x64(True):
+        for acc in (np.float32, np.float64):
+            loss, aux = jax.jit(
+                lambda h, w, acc=acc: numerics.linear_cross_entropy(
+                    h, w, labels, chunk_size=16, return_aux=True, accumulation_dtype=acc
+                )
+            )(hidden, weight)
+            results[acc] = loss
+            u_acc = 2.0**-53 if acc == np.float64 else 2.0**-24
+            terms = d if (acc == np.float32 and dtype == F32) else d - 1
+            dz = terms * u_acc * size.max(-1) + d * 2.0**-53 * size.max(-1)  # + z's own error
+            loss_err = 2 * dz / oracle.ulp(np.abs(exact_loss.astype(np.float64)), dtype)
+            h_err = (
+                2 * exact_h.astype(np.float64) * dz / oracle.ulp(exact_h.astype(np.float64), dtype)
+            )
+            base = ULPS["value"][dtype] + CHUNK_ULPS + np.log2(v)
+            testing.assert_ulp_close(
+                loss, exact_loss, base + loss_err, dtype, err_msg=f"loss {acc}"
+            )
+            hv, _ = chunked_entropy_bounds(
+                z.astype(dtype) if dtype != F32 else z.astype(np.float32),
+                dtype,
+                exact_h.astype(np.float64),
+                np.zeros(z.shape),
+                16,
+            )
+            testing.assert_ulp_close(
+                aux["entropy"], exact_h, hv + h_err + base, dtype, err_msg=f"H {acc}"
+            )
+            assert aux["log_prob"].dtype == dtype
+    if dtype == F32:
+        # float64 accumulation removes the logits' rounding: the loss's error against the
+        # exact value is then no larger than float32 accumulation's, row by row.
+        e32 = oracle.ulp_error(np.asarray(results[np.float32]), exact_loss, dtype)
+        e64 = oracle.ulp_error(np.asarray(results[np.float64]), exact_loss, dtype)
+        assert np.max(e64) <= ULPS["value"][dtype] + CHUNK_ULPS + np.log2(v)
+        assert np.max(e64) <= np.max(e32)
+
+
+def test_default_accumulation_is_the_unchanged_path():
+    # accumulation_dtype None and float32 (for fp32 inputs), temperature 1 and return_aux
+    # False take the path that existed before them: bit-identical losses and gradients;
+    # return_aux=True's loss is within 1 ulp of it in bf16.
+    hidden, weight, labels = _exact_case(BF16, n=8, seed=6)
+    f = numerics.linear_cross_entropy
+
+    def run(**kw):
+        return jax.jit(
+            jax.value_and_grad(lambda h, w: f(h, w, labels, reduction="sum", **kw), (0, 1))
+        )(hidden, weight)
+
+    plain = run()
+    for kw in ({"accumulation_dtype": None}, {"temperature": 1.0}, {"return_aux": False}):
+        for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(run(**kw)), strict=True):
+            np.testing.assert_array_equal(a, b)
+    per_row = f(hidden, weight, labels)
+    with_aux = f(hidden, weight, labels, return_aux=True)[0]
+    testing.assert_ulp_close(with_aux, np.asarray(per_row, np.float64), 1, BF16)
+
+
+# -- masks, the materialized path, errors ---------------------------------------------------
+
+
+def test_masked_positions_give_zero_outputs_and_gradients():
+    hidden, weight, labels = _exact_case(F32, n=6, seed=7)
+    where = np.array([True, False, True, True, False, True])
+    t = np.where(where, labels, -100)
+
+    def f(h, **kw):
+        loss, aux = numerics.linear_cross_entropy(
+            h, weight, kw.pop("t", labels), chunk_size=8, return_aux=True, **kw
+        )
+        return aux["log_prob"].sum() + aux["entropy"].sum() + aux["lse"].sum(), (loss, aux)
+
+    for kw in ({"where": where}, {"t": t, "ignore_index": -100}):
+        (_, (loss, aux)), dh = jax.value_and_grad(f, has_aux=True)(hidden, **kw)
+        for key in ("log_prob", "entropy", "lse", "z_loss"):
+            assert not np.any(np.asarray(aux[key])[~where]), key
+            assert np.all(np.asarray(aux[key])[where] != 0) or key == "z_loss", key
+        assert not np.any(np.asarray(dh)[~where]) and np.all(np.any(np.asarray(dh)[where], -1))
+        assert not np.any(np.asarray(loss)[~where])
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+def test_materialized_aux_matches_the_chunked(dtype):
+    # cross_entropy(..., return_aux=True) on the same (exact) logits: both compute in
+    # float32 and round once to bf16 (1 ulp apart at most); in fp32 each is within its
+    # bound of the exact values (log_prob ULPS + CHUNK_ULPS + log2 K, entropy the models'),
+    # held here to the sum, ULPS and log2 K doubled.
+    dtype = np.dtype(dtype)
+    hidden, weight, labels = _exact_case(dtype, n=8, v=37, seed=8)
+    loss, aux = numerics.linear_cross_entropy(
+        hidden, weight, labels, chunk_size=8, return_aux=True, z_loss=1e-3
+    )
+    logits = (hidden.astype(np.float64) @ weight.astype(np.float64)).astype(dtype)
+    m_loss, m_aux = numerics.cross_entropy(logits, labels, return_aux=True, z_loss=1e-3)
+    tol = 1.0 if dtype.itemsize == 2 else 2 * (ULPS["value"][dtype] + CHUNK_ULPS + 8) + 16
+    for key in ("log_prob", "entropy", "lse", "z_loss"):
+        testing.assert_ulp_close(
+            aux[key], np.asarray(m_aux[key], np.float64), tol, dtype, err_msg=key
+        )
+    np.testing.assert_array_equal(aux["argmax"], m_aux["argmax"])
+    testing.assert_ulp_close(loss, np.asarray(m_loss, np.float64), tol, dtype)
+    # The same numbers as the per-token functions on the logits.
+    np.testing.assert_array_equal(m_aux["log_prob"], numerics.log_prob(logits, labels))
+    np.testing.assert_array_equal(m_aux["entropy"], numerics.entropy(logits))
+
+
+def test_bad_input_raises_one_clear_error():
+    h, w, t = jnp.ones((2, 3)), jnp.ones((3, 4)), jnp.array([0, 1])
+    f = numerics.linear_cross_entropy
+    cases = [
+        (lambda: f(h, w, t, temperature=0.0), ValueError, "temperature must be a finite"),
+        (lambda: f(h, w, t, temperature=-1.0), ValueError, "temperature must be a finite"),
+        (lambda: f(h, w, t, temperature=float("inf")), ValueError, "temperature must be"),
+        (lambda: f(h, w, t, temperature="hot"), TypeError, "temperature must be a number"),
+        (lambda: f(h, w, t, accumulation_dtype=jnp.bfloat16), ValueError, "accumulation_dtype"),
+        (lambda: f(h, w, t, accumulation_dtype="float16"), ValueError, "accumulation_dtype"),
+        (lambda: f(h, w, t, accumulation_dtype=jnp.int32), ValueError, "accumulation_dtype"),
+        (lambda: f(h, w, t, accumulation_dtype="fp99"), ValueError, "accumulation_dtype"),
+        (lambda: f(h, w, t, return_aux=1), TypeError, "return_aux must be True or False"),
+        (lambda: f(h, w, t, return_aux="yes"), TypeError, "return_aux must be True or False"),
+        (
+            lambda: numerics.cross_entropy(h, t, return_aux=None),
+            TypeError,
+            "return_aux must be True or False",
+        ),
+    ]
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+    with jax.enable_x64(False), pytest.raises(ValueError, match="x64"):
+        f(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), t, accumulation_dtype="float64")
+    with jax.enable_x64(True), pytest.raises(ValueError, match="narrower"):
+        f(h.astype(np.float64), w.astype(np.float64), t, accumulation_dtype=np.float32)
+    with pytest.raises(TypeError, match="static"):
+        jax.jit(lambda temp: f(h, w, t, temperature=temp))(1.0)
+
+
+# -- the RL example of docs/examples.md ------------------------------------------------------
+
+
+def _docs_example() -> str:
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "examples.md").read_text()
+    section = text.split("## A policy-gradient loss from per-token log-probabilities")[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_rl_example_in_the_docs_runs_and_matches_the_materialized_path():
+    # docs/examples.md's code, run as it is written: it asserts itself that the bf16
+    # gradients are finite and within the stated bound of the materialized path's.
+    scope: dict = {}
+    exec(compile(_docs_example(), "docs/examples.md", "exec"), scope)
+    assert math.isfinite(float(scope["loss"]))
+    assert scope["d_hidden"].dtype == jnp.bfloat16
