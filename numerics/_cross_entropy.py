@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from numerics import _validate, _vocab_parallel
+from numerics._entropy import entropy
 from numerics._lm_loss import (
     LossOptions,
     cap_slope,
@@ -17,6 +18,7 @@ from numerics._lm_loss import (
     options_cross_entropy,
     validate_options,
 )
+from numerics._logsumexp import logsumexp
 from numerics._softmax import (
     finite_row_max,
     logsumexp_or_neg_inf,
@@ -401,16 +403,14 @@ def _capped_jvp(cap, primals, tangents):
 def _materialized_aux(logits, labels, axis, where, opts) -> dict[str, jax.Array]:
     """`cross_entropy(..., return_aux=True)`'s aux: the per-token outputs of the capped
     logits, in the compute dtype, rounded once to the logits' dtype."""
-    from numerics._logsumexp import logsumexp
-    from numerics._per_token import entropy, log_prob
-
     raw = _validate.float_array(logits, "logits")
     axes = _validate.class_axes(raw, axis, "logits")
     mask = _validate.loss_mask(where, raw.shape, axes)
     z = raw.astype(_compute_dtype(raw.dtype))
     if opts.soft_cap is not None:
         z = _capped(z, opts.soft_cap)
-    lp = log_prob(z, labels, axis, where)
+    zl, labels_l, mask_l = prepare(z, labels, axis, where)
+    lp = -margin_cross_entropy(zl, labels_l, mask_l)  # numerics.log_prob
     ent = entropy(z, axis, where)
     flat = _validate.classes_last(z, axes)
     flat_mask = None if mask is None else _validate.classes_last(mask, axes)
