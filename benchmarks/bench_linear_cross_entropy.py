@@ -4,17 +4,22 @@
         [--vocab 32768,131072] [--dtypes float32,bfloat16] [--chunk 4096] [--reps 3]
 
 For each vocabulary V and dtype, value_and_grad with respect to hidden (rows, D) and
-weight (D, V) of the mean loss of three programs:
+weight (D, V) of the mean loss of five programs:
 
 - optax: `optax.softmax_cross_entropy_with_integer_labels(hidden @ weight, labels)`, the
   materialized logits a trainer without a fused kernel computes;
 - fixed: `numerics.cross_entropy(hidden @ weight, labels)`, our materialized fixed CE;
-- linear: `numerics.linear_cross_entropy(hidden, weight, labels, chunk_size=...)`.
+- linear: `numerics.linear_cross_entropy(hidden, weight, labels, chunk_size=...)`;
+- linear+aux: the same with `return_aux=True`, the per-token outputs (log_prob, entropy,
+  lse, argmax, z_loss) returned beside the loss's value and gradient (issue 47's target:
+  at most 1.10x linear's time);
+- linear-pg: a policy-gradient objective through the outputs, mean(loss) - mean(adv *
+  log_prob) - 1e-3 mean(entropy), its gradient flowing through log_prob and entropy too.
 
 Memory is the compiled executable's `memory_analysis().temp_size_in_bytes`: XLA's
 buffer assignment of everything that is neither an argument nor an output (the logits,
 their gradient, the chunks), i.e. the peak temporary memory of the step, known before it
-runs. Time is the median of `--reps` runs after a compile and a warm-up, the three
+runs. Time is the median of `--reps` runs after a compile and a warm-up, the five
 programs interleaved. Targets (issue 31): at V = 128k, linear's temporary memory at most
 1/8 of the materialized paths' and its time at most 1.2x optax's.
 """
@@ -42,7 +47,30 @@ def _programs(chunk: int):
     def linear_loss(h, w, t):
         return numerics.linear_cross_entropy(h, w, t, reduction="mean", chunk_size=chunk)
 
-    return {"optax": optax_loss, "fixed": fixed_loss, "linear": linear_loss}
+    def linear_aux(h, w, t):
+        loss, aux = numerics.linear_cross_entropy(
+            h, w, t, reduction="mean", chunk_size=chunk, return_aux=True
+        )
+        return loss, aux
+
+    def linear_pg(h, w, t):
+        loss, aux = numerics.linear_cross_entropy(
+            h, w, t, reduction="mean", chunk_size=chunk, return_aux=True
+        )
+        adv = jnp.where(t % 2 == 0, 1.0, -1.0)  # advantages of +-1, fixed
+        lp, ent = (aux[k].astype(jnp.float32) for k in ("log_prob", "entropy"))
+        return loss.astype(jnp.float32) - jnp.mean(adv * lp) - 1e-3 * jnp.mean(ent), aux
+
+    def no_aux(f):
+        return lambda h, w, t: (f(h, w, t), None)
+
+    return {
+        "optax": no_aux(optax_loss),
+        "fixed": no_aux(fixed_loss),
+        "linear": no_aux(linear_loss),
+        "linear+aux": linear_aux,
+        "linear-pg": linear_pg,
+    }
 
 
 def bench(rows: int, hidden: int, vocab: int, dtype, chunk: int, reps: int) -> dict:
@@ -53,7 +81,7 @@ def bench(rows: int, hidden: int, vocab: int, dtype, chunk: int, reps: int) -> d
     t = jax.random.randint(k_t, (rows,), 0, vocab)
     compiled, memory = {}, {}
     for name, loss in _programs(chunk).items():
-        step = jax.jit(jax.value_and_grad(loss, (0, 1)))
+        step = jax.jit(jax.value_and_grad(loss, (0, 1), has_aux=True))
         compiled[name] = step.lower(h, w, t).compile()
         memory[name] = compiled[name].memory_analysis().temp_size_in_bytes
     for fn in compiled.values():
@@ -90,18 +118,19 @@ def main() -> None:
         for name in args.dtypes.split(",")
     )
     print(f"linear's dot operands on {jax.default_backend()}: {dots}")
-    header = "| V | dtype | program | time (s) | vs optax | temp (MiB) | vs optax |"
+    header = "| V | dtype | program | time (s) | vs optax | vs linear | temp (MiB) | vs optax |"
     print(header)
-    print("|" + "---|" * 7)
+    print("|" + "---|" * 8)
     for vocab in (int(v) for v in args.vocab.split(",")):
         for name in args.dtypes.split(","):
             dtype = jnp.dtype(name)
             got = bench(args.rows, args.hidden, vocab, dtype, args.chunk, args.reps)
             base_t, base_m = got["optax"]
+            linear_t = got["linear"][0]
             for program, (sec, mem) in got.items():
                 print(
                     f"| {vocab} | {dtype.name} | {program} | {sec:.3f} | {sec / base_t:.2f}x | "
-                    f"{mem / 2**20:.0f} | {mem / base_m:.3f}x |",
+                    f"{sec / linear_t:.2f}x | {mem / 2**20:.0f} | {mem / base_m:.3f}x |",
                     flush=True,
                 )
 
