@@ -60,6 +60,8 @@ KIND_CALLS = {
     "js": "fn(student_logits, teacher_logits) -> per-row Jensen-Shannon divergences",
     "sink-softmax": "fn(x, sink=s) -> probabilities e^x / (e^s + sum e^x), s one per row",
     "sink-log_softmax": "fn(x, sink=s) -> log-probabilities with the sink s in the sum",
+    "log-prob": "fn(logits, labels) -> per-row log-probabilities of the labels",
+    "entropy": "fn(logits) -> per-row entropies of the softmax",
 }
 """Each kind `grokbench audit --kind` takes, and the call it expects of the function."""
 
@@ -128,6 +130,10 @@ def infer_kind(spec: str) -> str:
         return "js"
     if "log_softmax" in name:
         return "log_softmax"
+    if "log_prob" in name or "logprob" in name:
+        return "log-prob"
+    if "entropy" in name and "cross" not in name:
+        return "entropy"
     if "soft_target" in name or "distill" in name:
         return "soft-target"
     if "softmax" in name and "cross_entropy" not in name:
@@ -177,6 +183,9 @@ def reference(kind: str) -> tuple[str, Callable]:
         # GPT-OSS's reference: jax.nn on the row with the sink appended, its entry dropped.
         "sink-softmax": ("standard", standard.softmax),
         "sink-log_softmax": ("standard", standard.log_softmax),
+        # The trainers' formulas: log_softmax(z)[y]; verl's lse - sum p z.
+        "log-prob": ("standard", standard.log_prob),
+        "entropy": ("standard", standard.entropy),
     }[kind]
 
 
@@ -195,8 +204,8 @@ def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 
         other = x + (0.1 * jax.random.normal(key_o, SPEED_SHAPE)).astype(dtype)
     else:  # softmax: a cotangent
         other = jax.random.normal(key_o, SPEED_SHAPE).astype(dtype)
-    losses = ("ce", *PAIR_KINDS, *testing.OPTIONS)
-    if kind in ("ce", *testing.OPTIONS):
+    losses = ("ce", *PAIR_KINDS, *testing.OPTIONS, "log-prob")
+    if kind in ("ce", "log-prob", *testing.OPTIONS):
         other = labels
     if kind in SINK_KINDS:  # the last column is the sink: (rows, K - 1) outputs
         fn, ref = _with_sink(fn), _with_sink(ref)
@@ -212,6 +221,8 @@ def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 
     def step(f):
         if kind in (*losses, "linear-ce"):
             loss = lambda x, o: jnp.sum(f(x, o))  # noqa: E731
+        elif kind == "entropy":  # per-row outputs of one argument
+            loss = lambda x, o: jnp.sum(f(x))  # noqa: E731
         else:
             loss = lambda x, o: jnp.sum(f(x) * o)  # noqa: E731
         compiled = jax.jit(jax.value_and_grad(loss))
@@ -272,11 +283,14 @@ def _margin(value: float | None, cliff: float, never: str) -> str:
 def format_dtype(row: AuditRow) -> str:
     """One dtype's table: errors, cliffs, sums, edge cases, speed and the verdict."""
     r = row.result
-    hard_label = ("ce", "linear-ce", *testing.OPTIONS)
+    hard_label = ("ce", "linear-ce", "log-prob", *testing.OPTIONS)
     target = "target gradient" if r.kind in hard_label else f"d {r.kind}[0] / dx0"
     value_zero = "loss" if r.kind in hard_label else {"log_softmax": "log_softmax[0]"}.get(r.kind)
     if r.kind == "sink-log_softmax":  # the margin sweep: softmax off by one of the row [m]
         value_zero = "sink-log_softmax[0]"
+    if r.kind in ("log-prob", "entropy"):
+        value_zero = {"log-prob": "log_prob", "entropy": "entropy"}[r.kind]
+        target = {"log-prob": "target gradient", "entropy": "gradient at the max"}[r.kind]
     lines = [
         ("value error", f"{r.value_ulps:.3g} ulps (bound {r.value_bound:.3g}) at {r.value_at}"),
         ("gradient error", f"{r.grad_ulps:.3g} ulps (bound {r.grad_bound:.3g}) at {r.grad_at}"),
@@ -331,7 +345,10 @@ def run(
     fn = load(spec)
     kind = kind or infer_kind(spec)
     print(f"grokbench audit {spec} as {kind} ({KIND_CALLS[kind]}), bounds: ", end="")
-    print("numerics.testing.ULPS" if max_ulps is None else f"{max_ulps:g} ulps")
+    model = "numerics.testing.ULPS"
+    if kind == "entropy":
+        model = "the entropy's error model (numerics._check_per_token.entropy_bounds)"
+    print(model if max_ulps is None else f"{max_ulps:g} ulps")
     rows = []
     for name in dtypes:
         try:

@@ -148,6 +148,12 @@ class _Bounds:
         return conditioning, grad_conditioning, err, scale
 
 
+def _value_name(kind: str) -> str:
+    """What failure lines call the checked value: the loss, or -log_prob for a log-prob
+    (checked as the cross-entropy -fn)."""
+    return "-log_prob" if kind == "log-prob" else "loss"
+
+
 def _check_margin_sweep(tally, run, reference, b: _Bounds, quick: bool):
     """Logits [m, 0], label 0, over the margin sweep: loss and both gradients in ulps, the
     zero sum, and where the target gradient and the loss first turn 0 spuriously.
@@ -166,8 +172,9 @@ def _check_margin_sweep(tally, run, reference, b: _Bounds, quick: bool):
     def name_margin(r, *_):
         return f"m={float(m[r]):.8g} (logits [m, 0], label 0)"
 
+    value_name = _value_name(tally.kind)
     tally.rows += len(m)
-    tally.compare("loss", "value", loss, exact_loss, b.value + cond, z, name_margin)
+    tally.compare(value_name, "value", loss, exact_loss, b.value + cond, z, name_margin)
     for j, what in enumerate(("target gradient", "other gradient")):
         bound = b.grad + (0.0 if err is None else grad_cond[:, j])
         tally.compare(
@@ -196,12 +203,12 @@ def _check_margin_sweep(tally, run, reference, b: _Bounds, quick: bool):
         "target gradient": calls.spurious_zeros(
             dtype, grad[:, 0], exact_t, m, lambda v: np.asarray(at_margins(v)[1])[:, 0]
         ),
-        "loss": calls.spurious_zeros(dtype, loss, exact_loss, m, lambda v: at_margins(v)[0]),
+        value_name: calls.spurious_zeros(dtype, loss, exact_loss, m, lambda v: at_margins(v)[0]),
     }
     for what, zeros in found.items():
         if zeros is not None:
             exact_at = reference(np.array([[zeros.start, 0.0]]), np.zeros(1, int))
-            exact_at = exact_at[1][0, 0] if what != "loss" else exact_at[0][0]
+            exact_at = exact_at[1][0, 0] if what != value_name else exact_at[0][0]
             fail_zero_from(tally, what, zeros, exact_at, _capped_cliff(dtype, soft_cap))
     dies, zero = (None if z is None else z.start for z in found.values())
     return dies, zero
@@ -229,7 +236,7 @@ def _check_random_rows(tally, run, reference, b: _Bounds, quick: bool, max_k: in
         name_element = cases.case_element_namer(case)
         tally.rows += len(z)
         tally.compare(
-            "loss",
+            _value_name(kind),
             "value",
             loss,
             exact_loss,

@@ -5,7 +5,8 @@ Three kinds of tools, for a user's own pytest suite:
 - **Checks.** `check_cross_entropy(fn, dtype)`, `check_softmax`, `check_log_softmax`, their
   sink forms `check_sink_softmax` and `check_sink_log_softmax` (fn(x, sink=s)),
   `check_soft_target_cross_entropy` and the divergences' `check_kl_divergence`,
-  `check_reverse_kl_divergence` and `check_js_divergence` call any function with the
+  `check_reverse_kl_divergence` and `check_js_divergence`, and the per-token
+  `check_log_prob` and `check_entropy`, call any function with the
   standard signature on the hard cases (margins from -40 to past exponent underflow
   with every ulp around `precision_cliff(dtype)`, K from 2 to 50,000, tiny and huge
   logit scales, ties and near-ties at the max, -inf entries, NaN, student/teacher pairs
@@ -55,6 +56,8 @@ from numerics._check_normalizers import check_log_softmax as check_log_softmax
 from numerics._check_normalizers import check_sink_log_softmax as check_sink_log_softmax
 from numerics._check_normalizers import check_sink_softmax as check_sink_softmax
 from numerics._check_normalizers import check_softmax as check_softmax
+from numerics._check_per_token import check_entropy as check_entropy
+from numerics._check_per_token import check_log_prob as check_log_prob
 from numerics._check_soft_target import (
     check_soft_target_cross_entropy as check_soft_target_cross_entropy,
 )
@@ -83,9 +86,11 @@ __all__ = [
     "as_dtype",
     "assert_ulp_close",
     "check_cross_entropy",
+    "check_entropy",
     "check_js_divergence",
     "check_kl_divergence",
     "check_linear_cross_entropy",
+    "check_log_prob",
     "check_log_softmax",
     "check_option_cross_entropy",
     "check_reverse_kl_divergence",
@@ -123,13 +128,17 @@ KINDS = (
     "js",
     "sink-softmax",
     "sink-log_softmax",
+    "log-prob",
+    "entropy",
 )
 """What a checked function computes: integer-label cross-entropy, softmax, log-softmax,
 soft-target (student, teacher) cross-entropy, cross-entropy with a z-loss, with
 soft-capped logits or with label smoothing (`OPTIONS`), a fused linear cross-entropy
 fn(hidden, weight, labels), the distillation divergences KL(p || q), KL(q || p) and
-Jensen-Shannon, fn(student_logits, teacher_logits), and the softmax and log-softmax with a
-sink logit s per row in the denominator (softmax off by one, attention sinks), fn(x, sink=s)."""
+Jensen-Shannon, fn(student_logits, teacher_logits), the softmax and log-softmax with a
+sink logit s per row in the denominator (softmax off by one, attention sinks),
+fn(x, sink=s), and the per-token outputs RL trainers take, the label's log-probability
+fn(logits, labels) and the softmax's entropy fn(logits)."""
 
 ULPS = _check_tolerances.ULPS
 """Bounds in ulps of each dtype for inputs whose differences z_j - z_max are exact.
@@ -241,5 +250,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "js": check_js_divergence,
     "sink-softmax": check_sink_softmax,
     "sink-log_softmax": check_sink_log_softmax,
+    "log-prob": check_log_prob,
+    "entropy": check_entropy,
 }
 """The check for each of `KINDS`."""

@@ -40,16 +40,14 @@ import pytest
 
 import numerics
 from numerics import oracle, standard, testing
+from numerics._check_per_token import EXP_U, LOG_U, entropy_bounds
+from numerics._check_per_token import inexact_gaps as _inexact
 from numerics._check_tolerances import finite_gaps, weighted_gap
 from tests.numerics.test_per_token import (
-    EXP_U,
-    LOG_U,
     _closed_form,
     _ctype,
     _half,
     _hard_rows,
-    _inexact,
-    entropy_bounds,
     log_prob_bounds,
 )
 from tests.tolerances import BF16, DTYPES, F32, F64, ULPS

@@ -40,7 +40,6 @@ crosses 0 and the bound, in ulps of the tiny exact value, is large: the conditio
 function (no formula can do better from rounded inputs), not of this one.
 """
 
-import fractions
 import functools
 
 import jax
@@ -52,11 +51,12 @@ import pytest
 
 import numerics
 from numerics import _check_cases, oracle, standard, testing
+from numerics._check_per_token import entropy_bounds
+from numerics._check_per_token import inexact_gaps as _inexact
 from numerics._check_tolerances import finite_gaps, weighted_gap
 from tests.tolerances import BF16, DTYPES, F16, F32, F64, general_bound
 
 SIXTEEN_BIT = (np.dtype(BF16), np.dtype(F16))
-EXP_U, LOG_U = 3.0, 3.0
 
 
 def _ctype(dtype):
@@ -65,70 +65,6 @@ def _ctype(dtype):
 
 def _half(dtype) -> float:
     return 0.5 if np.dtype(dtype) in SIXTEEN_BIT else 0.0
-
-
-def _inexact(z: np.ndarray, dtype) -> np.ndarray:
-    """Per entry: whether z_max - z_j rounds in the compute dtype (exact arithmetic)."""
-    ctype = _ctype(dtype).type
-    z = z.astype(np.float64)
-    finite = np.where(np.isfinite(z), z, -np.inf)
-    top = finite.max(-1)
-    out = np.zeros(z.shape, bool)
-    for index in np.ndindex(z.shape):
-        a, m = z[index], top[index[:-1]]
-        if np.isfinite(a) and np.isfinite(m):
-            rounded = fractions.Fraction(float(ctype(m) - ctype(a)))
-            out[index] = rounded != fractions.Fraction(float(m)) - fractions.Fraction(float(a))
-    return out
-
-
-def entropy_bounds(z, dtype, exact_h, exact_grad, where=None, inexact=None):
-    """(value bound per row, gradient bound per entry), in ulps of the exact results, from
-    the error model of the module docstring. Rows without a finite max get 0 (exact)."""
-    ctype = _ctype(dtype)
-    u = 2.0 ** -(np.finfo(ctype).nmant + 1)
-    tiny = float(np.finfo(ctype).smallest_normal)
-    z = z.astype(np.float64)
-    kept = np.ones(z.shape, bool) if where is None else np.broadcast_to(where, z.shape)
-    live = np.where(kept, z, -np.inf)
-    top = live.max(-1, keepdims=True)
-    ok = np.isfinite(top)
-    with np.errstate(invalid="ignore", over="ignore"):
-        g = np.where(kept & np.isfinite(live) & ok, np.where(ok, top, 0.0) - live, np.inf)
-        e = np.exp(-g)
-        t = np.where(e > 0, g * e, 0.0)
-    inexact = np.zeros(z.shape, bool) if inexact is None else inexact
-    c = np.where(inexact & np.isfinite(g), g, 0.0)
-    at_max = np.zeros(z.shape, bool)
-    np.put_along_axis(at_max, np.argmax(live, -1)[..., None], True, -1)
-    others = np.where(at_max, 0.0, e)
-    s_others = others.sum(-1, keepdims=True)
-    s = 1 + s_others
-    big_t = t.sum(-1, keepdims=True)
-    a = big_t / s
-    log2k = np.log2(max(z.shape[-1], 2))
-    e_s = ((EXP_U + c) * others).sum(-1, keepdims=True) + (log2k + 1) * s_others
-    e_t = ((EXP_U + 1 + c + inexact) * t).sum(-1, keepdims=True) + log2k * big_t
-    lost_e = (e > 0) & (e < tiny)
-    lost_t = (t > 0) & ((t < tiny) | lost_e)
-    f_s = np.where(lost_e & ~at_max, e, 0.0).sum(-1, keepdims=True)
-    f_t = np.where(lost_t, t, 0.0).sum(-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rel_t = np.where(big_t > 0, e_t / np.where(big_t > 0, big_t, 1.0), 0.0)
-    d_l = u * (LOG_U * np.log1p(s_others) + e_s / s) + f_s / s
-    d_a = u * a * (rel_t + e_s / s + 2) + (f_t + a * f_s) / s
-    h = exact_h.astype(np.float64)[..., None]
-    d_h = d_l + d_a + u * np.abs(h)
-    value = np.where(ok, d_h / oracle.ulp(h, dtype) + _half(dtype), 0.0)[..., 0]
-
-    grad = np.abs(exact_grad.astype(np.float64))
-    p = e / s
-    rel_p = u * (EXP_U + c + 2 + e_s / s) + f_s / s
-    d_grad = grad * (rel_p + u) + p * (u * c + d_a) + u * grad
-    lost = lost_e | ((p > 0) & (p < tiny))
-    d_grad = np.where(lost, np.maximum(d_grad, grad), d_grad)
-    grad_bound = np.where(ok, d_grad / oracle.ulp(grad, dtype) + _half(dtype), 0.0)
-    return value, grad_bound
 
 
 def _weighted_gap(gaps, finite, exclude):
