@@ -62,7 +62,7 @@ from numerics._lm_loss import (
     finish,
     validate_options,
 )
-from numerics._softmax import compute_dtype, one_plus
+from numerics._softmax import compute_dtype, off_max, one_plus
 
 DEFAULT_CHUNK_SIZE = 4096
 """Vocabulary columns per chunk: (N, 4096) float32 logits live at a time, 64 MiB at
@@ -337,17 +337,64 @@ def _final_logits(z_raw, opts: LossOptions, temperature: float):
     return z if temperature == 1.0 else z / jnp.asarray(temperature, z.dtype)
 
 
-def _aux_chunk(z, start) -> AuxStats:
-    top = jnp.max(z, axis=-1)
-    kept = top > -jnp.inf
-    shift = jnp.where(kept, top, jnp.zeros((), z.dtype))[:, None]
-    arg = jnp.argmax(z, axis=-1).astype(jnp.int32)
-    iota = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1)
-    e = jnp.exp(z - shift)
-    zero = jnp.zeros((), z.dtype)
-    s_rest = jnp.sum(jnp.where(iota == arg[:, None], zero, e), axis=-1)
-    # (top - z_j) e^(z_j - top) >= 0, 0 where e is (-inf entries, underflow: never inf * 0).
-    gaps = jnp.sum(jnp.where(e > 0, (shift - z) * e, zero), axis=-1)
+def _gaps(z, z_max, exact: bool):
+    """max - z_j >= 0 per entry, an exact 0 at each maximum.
+
+    Where z is the dot's output (`exact`) every consumer reads the same numbers and z_max -
+    z_j is 0 at a maximum by itself. Where z is computed from it (the cap, the
+    temperature), XLA recomputes that last multiply inside each consumer's fusion (an
+    optimization barrier does not stop it: it sinks the multiply through) and contracts it
+    with the subtraction there (a fused multiply-add), so z_max - z_j at the maximum came
+    out as +-1 ulp of it (measured: -5.96e-8 at a capped logit of 2.98): a negative gap,
+    which the first-max index and the entropy's sums must never see, and a gap of an ulp
+    where the entropy of a peaked row is far smaller. So the maxima are found by a
+    comparison, which no contraction changes: rounding to nearest is monotone, so every
+    other gap is then >= 0."""
+    gap = z_max - z
+    if exact:
+        return gap
+    return jnp.where(z >= z_max, jnp.zeros((), z.dtype), gap)
+
+
+def _first_max(z, gap) -> jax.Array:
+    """The index of each row's first maximum (int32), as jnp.argmax: the min of the float
+    column indices plus C at every entry below the max (`off_max` of its gap: 0 at a
+    maximum, 1 a smallest normal number below it and further), a min XLA's CPU reductions
+    fuse (jnp.argmax measured several times slower there). Exact for C up to 2^p columns
+    (p the significand bits); beyond, jnp.argmax. A row holding NaN gives some index in
+    range; entries within a subnormal of the max tie with it (XLA flushes subnormals)."""
+    c = z.shape[-1]
+    if c > 2 ** (jnp.finfo(z.dtype).nmant + 1) // 2:
+        return jnp.argmax(z, axis=-1).astype(jnp.int32)
+    iota = jax.lax.broadcasted_iota(z.dtype, z.shape, z.ndim - 1)
+    key = iota + jnp.asarray(c, z.dtype) * off_max(gap)
+    return jnp.clip(jnp.min(key, axis=-1), 0, c - 1).astype(jnp.int32)
+
+
+def _aux_chunk(z, start, exact: bool) -> AuxStats:
+    """One chunk's AuxStats; `exact`: z is the dot's output itself (`_gaps`)."""
+    # chunk_stats' max and shift (finite_row_max): the same operations, shared under jit.
+    top = jnp.max(z, axis=-1, keepdims=True)
+    z_max = jnp.where(jnp.isfinite(top), top, jnp.zeros((), z.dtype))
+    top = top[:, 0]
+    gap = _gaps(z, z_max, exact)
+    arg = _first_max(z, gap)
+    # exact: chunk_stats' exps, shared under jit; else from the gaps, an exact 1 at the max.
+    e = jnp.exp(z - z_max) if exact else jnp.exp(-gap)
+    if z.shape[-1] <= 2 ** (jnp.finfo(z.dtype).nmant + 1) // 2:
+        # Arithmetic weights (0 at the first max, 1 elsewhere), which XLA's CPU reductions
+        # fuse into the sum, where an index comparison costs a pass of its own.
+        iota = jax.lax.broadcasted_iota(z.dtype, z.shape, z.ndim - 1)
+        one = jnp.ones((), z.dtype)
+        others = jnp.minimum(one, jnp.abs(iota - arg[:, None].astype(z.dtype)))
+    else:
+        iota = jax.lax.broadcasted_iota(jnp.int32, z.shape, z.ndim - 1)
+        others = (iota != arg[:, None]).astype(z.dtype)
+    s_rest = jnp.sum(e * others, axis=-1)
+    # (top - z_j) e^(z_j - top) >= 0; the gap capped at the largest finite number, so a
+    # -inf entry (e = 0, gap inf) adds 0, never inf * 0.
+    gap = jnp.minimum(gap, jnp.asarray(jnp.finfo(z.dtype).max, z.dtype))
+    gaps = jnp.sum(gap * e, axis=-1)
     return AuxStats(top, arg + start, s_rest, gaps)
 
 
@@ -410,7 +457,8 @@ def _aux_forward(hidden, weight, bias, labels, opts, cfg: AuxConfig):
     def one(w_chunk, start, size):
         z_raw = _logits(hidden, w_chunk, _bias_chunk(bias, start, size), ctype)
         z = _final_logits(z_raw, opts, cfg.temperature)
-        return chunk_stats(z, labels - start, None, uncapped), _aux_chunk(z, start)
+        aux = _aux_chunk(z, start, z is z_raw)
+        return chunk_stats(z, labels - start, None, uncapped), aux
 
     stats, aux = _stacked(one, weight, cfg.chunk, labels.dtype)
     stats = combine(stats)
@@ -444,15 +492,28 @@ def _linear_aux_bwd(opts, cfg, residuals, cotangents):
 
     def grad_of(z_raw, local_t):
         z = _final_logits(z_raw, opts, cfg.temperature)
-        # d loss / dz (the loss's own form), d log p_y / dz = -(the plain CE's gradient,
-        # target entry -S_others / S), d lse / dz = q and dH / dz = p (g - A).
-        g = chunk_grad(z, local_t, None, kept_t, terms, uncapped) * c_loss
-        g = g - chunk_grad(z, local_t, None, kept_t, terms, LossOptions()) * c_lp
-        q = jnp.exp(z - col(terms.z_max)) * col(terms.inv_s)
-        e = jnp.exp(z - col(h_terms.top))
+        # One exp per entry, e = e^(z - M), shared by every term: q = e / S; the plain CE's
+        # gradient (-d log p_y / dz) is q with the target entry -S_others / S (never
+        # q_t - 1); d lse / dz = q; dH / dz = p (g - A) with p = e_H / hi, e_H = e^(z - M_H)
+        # = e e^(M - M_H), the factor an exact 1 where the two maxima agree (they differ
+        # only where a chunk is all -inf and the row max is below 0).
+        e = jnp.exp(z - col(terms.z_max))
+        q = e * col(terms.inv_s)  # chunk_grad's q, the same expression: shared under jit
+        iota = jax.lax.broadcasted_iota(local_t.dtype, z.shape, z.ndim - 1)
+        is_t = iota == col(local_t)
+        plain = jnp.where(is_t, col(-terms.s_others * terms.inv_s), q)
+        if uncapped.plain:
+            g = plain * (c_loss - c_lp)
+        else:  # the loss's own gradient with its options
+            g = chunk_grad(z, local_t, None, kept_t, terms, uncapped) * c_loss - plain * c_lp
         zero = jnp.zeros((), ctype)
-        gap = col(h_terms.top) - z
-        dh = jnp.where(e > 0, e / col(h_terms.hi) * (gap - col(h_terms.mean_gap)), zero)
+        gap = _gaps(z, col(h_terms.top), z is z_raw)
+        if z is z_raw:
+            e_h = e * col(jnp.exp(terms.z_max - h_terms.top))
+        else:  # an exact 1 at the max (`_gaps`)
+            e_h = jnp.exp(-gap)
+        gap = jnp.minimum(gap, jnp.asarray(jnp.finfo(ctype).max, ctype))
+        dh = jnp.where(e_h > 0, e_h / col(h_terms.hi) * (gap - col(h_terms.mean_gap)), zero)
         g = g + dh * c_h + q * c_lse
         slope = cap_slope(z_raw, opts)
         if slope is not None:

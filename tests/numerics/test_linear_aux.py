@@ -599,6 +599,38 @@ def test_temperature_divides_the_capped_logits():
     assert np.max(np.abs(oracle.entropy(other) - aux["entropy"])) > 1e-3
 
 
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+def test_capped_and_tempered_peaked_rows_keep_their_entropy(dtype):
+    # Under a cap and a temperature the logits are computed from the dot's output, and XLA
+    # recomputes their last multiply inside each consumer, contracted with the subtraction
+    # of the max (a fused multiply-add): z_max - z at the maximum came out as -5.96e-8,
+    # not 0 (numerics._linear._gaps). For a peaked row, where H ~ (1 + m) e^-m is far below
+    # that, such a gap would be the whole answer, and a negative one moved argmax. Here
+    # rows [10, 0, -1, ...] (margin ~ 19.7 after the cap 50 and T = 0.5: H ~ 1e-6): H
+    # against mpmath on the float64 capped and tempered logits, within 1e-3 relative (the
+    # cap's and division's roundings in the compute dtype, a few ulps of |z| ~ 20, move H
+    # by about 20 x 4 ulps(20) relative, 1e-4 in float32), and argmax 0.
+    k = 40
+    z = np.full((4, k), -1.0)
+    z[:, 1:5] = 0.0
+    z[:, 0] = [10.0, 9.5, 11.0, 10.25]
+    z = z.astype(dtype)
+    labels = np.array([0, 1, 0, 3], np.int32)
+    _loss, aux, _, h_grad = _identity_call(z, labels, 16, soft_cap=50.0, temperature=0.5)
+    zt = 50.0 * np.tanh(z.astype(np.float64) / 50.0) / 0.5
+    exact_h = oracle.entropy(zt)
+    tol = 1e-3 + (2.0**-8 if dtype == BF16 else 0.0)  # + bf16's rounding of the output
+    np.testing.assert_allclose(aux["entropy"].astype(np.float64), exact_h, rtol=tol)
+    np.testing.assert_array_equal(aux["argmax"], np.zeros(4))
+    _, exact_grad = oracle.entropy_value_and_grad(zt)
+    # d hidden = dH/dz' * dz'/dz = dH/dz' sech^2(z / 50) / 0.5 per entry
+    chain = exact_grad / np.cosh(z.astype(np.float64) / 50.0) ** 2 / 0.5
+    got = h_grad.astype(np.float64)
+    assert np.all(
+        np.abs(got - chain) <= tol * np.abs(chain) + 1e-3 * np.abs(chain).max(-1, keepdims=True)
+    )
+
+
 # -- accumulation dtype ---------------------------------------------------------------------
 
 
