@@ -775,7 +775,9 @@ def linear_cross_entropy(
         only this device's.
       return_aux: True or False: also return the per-token outputs (above).
       temperature: T > 0, a Python number: the logits (after the cap) divided by T.
-      accumulation_dtype: None, float32 or float64 (above).
+      accumulation_dtype: None, float32 or float64 (above). These three (return_aux,
+        a temperature other than 1, any accumulation_dtype) are not taken with
+        vocab_axis / batch_axis yet: ValueError.
 
     Returns:
       Losses in the dtype of `hidden`: labels.shape for "none", a scalar otherwise; with
@@ -785,6 +787,12 @@ def linear_cross_entropy(
     if not isinstance(return_aux, bool):
         raise TypeError(f"return_aux must be True or False; got {return_aux!r}.")
     temperature = _check_temperature(temperature)
+    general = return_aux or temperature != 1.0 or accumulation_dtype is not None
+    if general and (vocab_axis is not None or batch_axis is not None):
+        raise ValueError(
+            "return_aux, temperature and accumulation_dtype are not supported with "
+            "vocab_axis / batch_axis yet: call linear_cross_entropy without them there."
+        )
     num_classes = None
     if vocab_axis is not None or batch_axis is not None:
         num_classes = _vocab_parallel.global_classes(weight, vocab_axis, batch_axis, "weight")
@@ -793,13 +801,7 @@ def linear_cross_entropy(
     )
     bias = _check_bias(bias, hidden.dtype, weight.shape[1])
     ctype = _check_accumulation(accumulation_dtype, hidden.dtype)
-    general = return_aux or temperature != 1.0 or ctype != compute_dtype(hidden.dtype)
-    if general and (vocab_axis is not None or batch_axis is not None):
-        raise ValueError(
-            "return_aux, temperature and accumulation_dtype are not supported with "
-            "vocab_axis / batch_axis yet: call linear_cross_entropy without them there."
-        )
-    if general:
+    if return_aux or temperature != 1.0 or ctype != compute_dtype(hidden.dtype):
         cfg = AuxConfig(chunk, temperature, ctype.name)
         return _general(hidden, weight, bias, labels, kept, opts, reduction, return_aux, cfg)
     num_classes = weight.shape[1] if num_classes is None else num_classes

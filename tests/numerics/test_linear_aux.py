@@ -781,6 +781,13 @@ def test_bad_input_raises_one_clear_error():
         (lambda: f(h, w, t, accumulation_dtype="fp99"), ValueError, "accumulation_dtype"),
         (lambda: f(h, w, t, return_aux=1), TypeError, "return_aux must be True or False"),
         (lambda: f(h, w, t, return_aux="yes"), TypeError, "return_aux must be True or False"),
+        (lambda: f(h, w, t, return_aux=True, vocab_axis="v"), ValueError, "not supported with"),
+        (lambda: f(h, w, t, temperature=2.0, batch_axis="b"), ValueError, "not supported with"),
+        (
+            lambda: numerics.cross_entropy(h, t, return_aux=True, vocab_axis="v"),
+            ValueError,
+            "not supported with vocab_axis",
+        ),
         (
             lambda: numerics.cross_entropy(h, t, return_aux=None),
             TypeError,
