@@ -425,7 +425,11 @@ def _aux_combine(aux: AuxStats):
     own = jnp.where(kept & ~is_star, jnp.ones((), dtype), zero)
     s_others = jnp.sum(scale * (aux.s_rest + own), axis=0)
     full = jnp.where(kept, 1 + aux.s_rest, zero)
-    big_t = jnp.sum(scale * (aux.gaps + jnp.where(kept, row[None, :] - shift, zero) * full), axis=0)
+    # e^(top_c - M) (M - top_c) first, 0 where the scale is: (M - top_c) (1 + s_rest_c)
+    # alone overflows for logits near the dtype's largest (4e37 x 8 columns is inf in
+    # float32), and 0 x inf is NaN.
+    shifted = jnp.where(scale > 0, scale * (row[None, :] - shift), zero)
+    big_t = jnp.sum(scale * aux.gaps + shifted * full, axis=0)
     hi, lo = one_plus(s_others)
     mean_gap = big_t / hi
     h = jnp.log(hi) + lo / hi + mean_gap

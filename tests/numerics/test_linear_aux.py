@@ -631,6 +631,20 @@ def test_capped_and_tempered_peaked_rows_keep_their_entropy(dtype):
     )
 
 
+def test_logits_near_the_largest_float_stay_finite():
+    # Logits [4e37, 0 x 31] in chunks of 8: the entropy's shift term (M - m_c)(1 + r_c) of
+    # a chunk of zeros is 4e37 x 8 = inf in float32, times its scale e^(m_c - M) = 0: NaN,
+    # which reached even log_prob's gradient (0 x NaN) before the scale was applied first.
+    # Every output and gradient is the exact one here: H = 0, log p = 0, gradients 0.
+    z = np.zeros((2, 32), np.float32)
+    z[:, 0] = [4.0e37, 3.0e38]
+    _, aux, lp_grad, h_grad = _identity_call(z, np.array([0, 5], np.int32), 8)
+    assert np.all(aux["entropy"] == 0) and aux["log_prob"][0] == 0
+    assert aux["log_prob"][1] == -np.float32(3.0e38)
+    assert np.all(np.isfinite(lp_grad)) and np.all(np.isfinite(h_grad))
+    assert not np.any(h_grad) and not np.any(lp_grad[0])
+
+
 # -- accumulation dtype ---------------------------------------------------------------------
 
 
