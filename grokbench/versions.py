@@ -48,12 +48,17 @@ that moves only their numbers bumps it and leaves every other stored run alone. 
 `numerics.softmax` rewrite moved their fp64 KL metrics (`kl`, `test_kl`) by ~1e-15 relative
 (1, before, is the hash without the key)."""
 
-QUANT_VERSION = 7
+QUANT_VERSION = 8
 """The quantization lab's version, in every quant hash (`QuantConfig.train_hash`, `eval_hash`):
 bumped when training or evaluation numbers change meaning.
 6: the float32 `numerics.cross_entropy` layout of CONFIG_VERSION 5 (last bits). 7: the LM
 head trains through `numerics.linear_cross_entropy` (last bits: the golden quant case's
-parameter norm after 2 steps moved by 7e-13)."""
+parameter norm after 2 steps moved by 7e-13). 8: `linear_cross_entropy`'s backward lays
+hidden^T out once (cdb6817, 2026-12-05), which moved the lab's training in the last bits
+without a bump then: the quick encoder vanilla on `delimited_backcopy` ends at train loss
+2.884286403656006 against 2.884286642074585 before, and over 6,000 steps at a constant lr
+(run A's train hash) vanilla's max inf-norm reads 89.1 against run A's 260.8. The golden
+quant case (2 steps, width 16) did not see it."""
 
 SUMMARY_VERSION = 3
 """The summary of an ordinary run (`grokbench.summary`): bumped when its fields or the spike
