@@ -46,11 +46,11 @@ QUICK: dict[str, Any] = {
 
 ENCODER_SETTING: dict[str, tuple] = {"corpus": ("delimited_backcopy",), "steps": (6000,)}
 """The encoder's recipe settings beside `QuantConfig`'s defaults (issue 44, pre-registered in
-docs/quant.md before its runs): `delimited_backcopy`, whose `.` and `[SEP]` delimiters come at
-about BERT's density and depend on their neighbours (the closer stand-in for the paper's MLM
-text, argued in docs/studies/quant-outlier-probes.md before any run on it), for 6,000 steps
-with the paper's warmup and linear decay. The decoder keeps the defaults (`bigram_backcopy`,
-2,000 steps)."""
+docs/studies/quant-encoder-recipe.md before its runs): `delimited_backcopy`, whose `.` and
+`[SEP]` delimiters come at about BERT's density and depend on their neighbours (the closer
+stand-in for the paper's MLM text, argued in docs/studies/quant-outlier-probes.md before any
+run on it), for 6,000 steps with the paper's warmup and linear decay. The decoder keeps the
+defaults (`bigram_backcopy`, 2,000 steps)."""
 
 QUANT = Recipe(
     name="quant",
@@ -112,8 +112,9 @@ def _gamma_of(alpha: float, seq_len: int) -> float:
 
 
 def _encoder_ablation(axis: str, description: str, grids: tuple[dict, ...]) -> Recipe:
-    """An ablation at the encoder recipe's setting, where vanilla grows outliers (issue 44):
-    `delimited_backcopy`, 6,000 steps, the paper's schedule; quick: `QUICK` but the grid's T."""
+    """An ablation at the encoder recipe's setting, the one chosen to grow outliers (issue 44;
+    its vanilla reached 39.3, docs/studies/quant-encoder-recipe.md): `delimited_backcopy`,
+    6,000 steps, the paper's schedule; quick: `QUICK` but the grid's T."""
     return Recipe(
         name=f"quant-{axis}",
         description=description,
@@ -166,7 +167,7 @@ ABLATIONS: dict[str, Recipe] = {
     ),
 }
 """The paper's ablations as recipes (axis -> recipe). The encoder's three run at the encoder
-recipe's setting, where vanilla grows outliers (pre-registered in
+recipe's setting, chosen to grow outliers (pre-registered in
 docs/studies/quant-ablations.md): Fig. 6, gamma = -alpha/T for alpha 1/2, 2, 8 at T 64 and 32
 (BERT-6L); Fig. 7, the linear gate's pi_init from the 0.12 that degrades to 0.9 (BERT-6L);
 Table 1, zeta 1.03 with and without gamma < 0 (BERT-base). Table 6, weight decay on
