@@ -123,8 +123,9 @@ def _sweep_figure(rows: list[dict], axis: str, out: pathlib.Path) -> list[pathli
     for r in rows:
         if r["sweep"].get(axis) is None:
             continue  # a reference row without the axis (the gamma sweep's vanilla)
-        t = f" T={r['sweep']['seq_len']}" if "seq_len" in r["sweep"] else ""
-        lines.setdefault(f"{r['family']} {r['variant']}{t}", []).append(r)
+        # The other swept fields name the line (T in the gamma sweep, gamma in the zeta one).
+        rest = "".join(f" {k}={v}" for k, v in r["sweep"].items() if k != axis and v is not None)
+        lines.setdefault(f"{r['family']} {r['variant']}{rest}", []).append(r)
     for ax, (name, value) in zip(axes, panels, strict=True):
         for label, members in lines.items():
             members = sorted(members, key=lambda r: float(r["sweep"][axis]))
