@@ -174,6 +174,11 @@ def quant(args: argparse.Namespace) -> int:
     from grokbench import quant as lab
     from grokbench.quant.recipes import QUANT_RECIPES
 
+    if args.recipe not in QUANT_RECIPES:
+        from grokbench.config import ConfigError, did_you_mean
+
+        hint = did_you_mean(args.recipe, list(QUANT_RECIPES))
+        raise ConfigError(f"unknown quant recipe {args.recipe!r}; {hint}")
     overrides = lab.parse_quant_overrides(args.overrides)
     if args.tap_costs:
         lab.parse_bit_list(args.tap_costs)  # a bad width fails before any training

@@ -132,6 +132,7 @@ def _check_tap_costs(tmp_path, results, rows):
         ["quant", "corpus=bigram_backcopy", "seq_len=100000", "steps=1", "--out", "x"],
         ["quant", "--tap-costs", "W9", "--out", "x"],
         ["quant", "--tap-costs", ",", "--out", "x"],
+        ["quant", "--recipe", "quant-nope", "--out", "x"],
     ],
 )
 def test_cli_bad_overrides_exit_2_with_one_line(argv, capsys, tmp_path):
