@@ -49,6 +49,7 @@ from tests.numerics.test_per_token import (
     _half,
     _hard_rows,
     log_prob_bounds,
+    offset_rows,
 )
 from tests.tolerances import BF16, DTYPES, F32, F64, ULPS
 
@@ -293,14 +294,7 @@ def test_common_offset_of_1e4_through_the_bias(dtype):
     # entropy, argmax and the gradients are bit-identical with and without the offset,
     # and lse moves by exactly the offset where it is exact.
     dtype = np.dtype(dtype)
-    offset = float(np.array(1e4, dtype))
-    step = float(oracle.ulp(offset, dtype))
-    rng = np.random.default_rng(4)
-    base = np.round(rng.standard_normal((6, 16)) * max(3.0, 4 * step) / step) * step
-    base[0, 0] += 30 * step  # a peaked row
-    z0 = base.astype(dtype)
-    labels = np.argmax(base, -1).astype(np.int32)
-    labels[1] = 3
+    offset, z0, z1, labels = offset_rows(dtype)  # test_per_token's rows
     with jax.enable_x64(dtype == np.float64):
         weight = jnp.eye(16, dtype=dtype)
 
@@ -331,7 +325,6 @@ def test_common_offset_of_1e4_through_the_bias(dtype):
     check_aux(z0, labels, dtype, 5)
     # The standard entropy (verl's lse - sum p z) on the offset logits, materialized, is
     # off by far more than the bound where the dtype is narrower than float64.
-    z1 = (base + offset).astype(dtype)
     exact_h = oracle.entropy(z1)
     with jax.enable_x64(dtype == np.float64):
         naive = np.asarray(jax.jit(standard.entropy)(jnp.asarray(z1)))

@@ -184,11 +184,12 @@ def test_logits_up_to_640(dtype):
     _check_rows(z, labels, dtype, inexact=_inexact(z, dtype))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_common_offset_of_1e4_changes_nothing(dtype):
-    # PyTorch #195829: a wrong loss when every logit shares a large offset. The offset is
-    # 1e4 as the dtype holds it; the base logits are multiples of ulp(1e4), so the offset
-    # rows are exact and mathematically the same distributions.
+def offset_rows(dtype) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """(offset, z0, z1 = z0 + offset, labels) for the common-offset tests (PyTorch #195829).
+
+    The offset is 1e4 as `dtype` holds it; the base logits (6 x 16, one peaked row) are
+    multiples of ulp(1e4), so z0 + offset is exact in `dtype` and the two are mathematically
+    the same distributions. Labels: each row's argmax but row 1's (3)."""
     dtype = np.dtype(dtype)
     offset = float(np.array(1e4, dtype))
     step = float(oracle.ulp(offset, dtype))
@@ -200,6 +201,14 @@ def test_common_offset_of_1e4_changes_nothing(dtype):
     assert np.array_equal(z1.astype(np.float64) - offset, z0.astype(np.float64))
     labels = np.argmax(base, -1).astype(np.int32)
     labels[1] = 3
+    return offset, z0, z1, labels
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_common_offset_of_1e4_changes_nothing(dtype):
+    # PyTorch #195829: a wrong loss when every logit shares a large offset (`offset_rows`).
+    dtype = np.dtype(dtype)
+    _, z0, z1, labels = offset_rows(dtype)
     plain = _check_rows(z0, labels, dtype)
     shifted = _check_rows(z1, labels, dtype, inexact=_inexact(z1, dtype))
     # The oracle's values are the same for both (the rows differ by a constant), so both
