@@ -78,7 +78,8 @@ class Number:
     value: float
     stated: str  # the paper's wording
     where: str  # the paper and its section / figure / table
-    rule: str = "abs"  # 'abs' (|x - value| <= tol), 'order', 'digits' (tol = digits), 'above'
+    rule: str = "abs"  # 'abs' (|x - value| <= tol), 'order', 'digits' (tol = digits), 'above',
+    # 'at_most'
     tol: float = 0.0
     why: str = ""
 
@@ -92,6 +93,8 @@ class Number:
             return same_digits(self.value, x, int(self.tol))
         if self.rule == "above":  # a bound the paper states as '> value'
             return x > self.value
+        if self.rule == "at_most":  # a reading of a word ('small') as '<= value'
+            return x <= self.value
         raise ValueError(f"unknown rule {self.rule!r}")
 
     @property
@@ -104,6 +107,8 @@ class Number:
             text = f"same power of ten: 10^({k} +- 1/2)"
         elif self.rule == "above":
             text = f"above {self.value:g}"
+        elif self.rule == "at_most":
+            text = f"at most {self.value:g}"
         else:
             text = f"equal to {int(self.tol)} significant digits"
         return f"{text} ({self.why})" if self.why else text
@@ -479,6 +484,18 @@ DELIMITER_HEAD = Number(
     why="'almost all' read as more than 90 % of a head's mean attention, fixed before looking",
 )
 """Sec. 3: a vanilla head parks its attention on delimiters (`max_head_delimiter_attention`)."""
+
+DELIMITER_VALUES = Number(
+    value=0.5,
+    stated="the delimiter tokens the parking heads attend to have small values in V "
+    "(Fig. 8: about 0.02)",
+    where=f"{QT}, Sec. 3, Figs. 2 and 8",
+    rule="at_most",
+    why="'small' read as at most half the other tokens' mean value-vector norm in the "
+    "parking head, fixed before looking (docs/studies/quant-ablations.md)",
+)
+"""Sec. 3: the parking head's value vectors on delimiter and special tokens against the other
+tokens' (`parking_head_value_ratio`), when that head parks (`DELIMITER_HEAD`)."""
 
 TABLE5_GATES = {
     "gated": "Linear gate: W8A8 4.88 +- 0.22",

@@ -26,6 +26,7 @@ __all__ = [
     "CONFIG_VERSION",
     "DISTILL_SUMMARY_VERSION",
     "DISTILL_VERSION",
+    "QUANT_EVAL_VERSION",
     "QUANT_VERSION",
     "SUMMARY_VERSION",
     "stable_hash",
@@ -59,6 +60,13 @@ without a bump then: the quick encoder vanilla on `delimited_backcopy` ends at t
 2.884286403656006 against 2.884286642074585 before, and over 6,000 steps at a constant lr
 (run A's train hash) vanilla's max inf-norm reads 89.1 against run A's 260.8. The golden
 quant case (2 steps, width 16) did not see it."""
+
+QUANT_EVAL_VERSION = 2
+"""The quantization lab's evaluations' own version, in `QuantConfig.eval_hash` only: a change
+that moves only what an evaluation computes bumps it and leaves the trained models alone (1,
+before, is the hash without the key). 2: the probe measures each head's value-vector norms on
+delimiter and special tokens against the others (Fig. 2), a new output of the evaluation
+program."""
 
 SUMMARY_VERSION = 3
 """The summary of an ordinary run (`grokbench.summary`): bumped when its fields or the spike

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from grokbench.config import ConfigError, check_field_types, require
-from grokbench.versions import QUANT_VERSION, stable_hash
+from grokbench.versions import QUANT_EVAL_VERSION, QUANT_VERSION, stable_hash
 from numerics import clipped_softmax_gamma
 from tasks.quant import (
     PYDOC_CHAR_VOCAB_SIZE,
@@ -328,4 +328,11 @@ class QuantConfig:
 
     def eval_hash(self) -> str:
         """16 hex digits identifying the evaluation (training fields and PTQ fields)."""
-        return stable_hash({"quant_version": QUANT_VERSION, "kind": "eval", **self.eval_dict()})
+        return stable_hash(
+            {
+                "quant_version": QUANT_VERSION,
+                "eval_version": QUANT_EVAL_VERSION,
+                "kind": "eval",
+                **self.eval_dict(),
+            }
+        )

@@ -179,6 +179,9 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
             "attn_zeros",
             "attn_allowed",
             "gate_mean",
+            "value_norm_delim",
+            "value_norm_other",
+            "delim_positions",
         ):
             if key in out:
                 sums[key] = sums.get(key, 0) + np.asarray(out[key], np.float64)
@@ -226,6 +229,7 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
         "attention_zero_fraction": float(sums["attn_zeros"].sum() / sums["attn_allowed"].sum()),
         "dead_attention_rows": float(sums["attn_dead_rows"].sum() / (n_queries * delim_attn.size)),
     }
+    fields |= _parking_head_values(sums, delim_attn, n_queries)
     if "gate_mean" in sums:
         fields["gate_mean"] = float((sums["gate_mean"] / n_samples).mean())
         fields["gate_min_head"] = float((sums["gate_mean"] / n_samples).min())
@@ -240,6 +244,29 @@ def _fp_statistics(runner: _Runner, params: dict, batches: list) -> tuple[dict, 
         "token_names": np.array(corpus.token_names()),
     }
     return fields, arrays
+
+
+def _parking_head_values(sums: dict, delim_attn: np.ndarray, n_positions: int) -> dict:
+    """Fig. 2's values: in each layer's parking head (its largest mean attention mass on
+    delimiter and special keys) and in the model's, the mean L2 norm of the head's value
+    vectors on delimiter and special tokens over their mean on the other tokens."""
+    n_delim = float(sums["delim_positions"])
+    if n_delim == 0 or n_delim == n_positions:
+        return {
+            "delimiter_value_ratio_by_layer": None,
+            "parking_head": None,
+            "parking_head_value_ratio": None,
+        }
+    ratio = (sums["value_norm_delim"] / n_delim) / (
+        sums["value_norm_other"] / (n_positions - n_delim)
+    )  # (L, H)
+    heads = delim_attn.argmax(axis=1)
+    layer, head = np.unravel_index(int(delim_attn.argmax()), delim_attn.shape)
+    return {
+        "delimiter_value_ratio_by_layer": [float(ratio[i, h]) for i, h in enumerate(heads)],
+        "parking_head": [int(layer), int(head)],
+        "parking_head_value_ratio": float(ratio[layer, head]),
+    }
 
 
 def _runner_and_batches(cfg: QuantConfig, corpus: Corpus) -> tuple[_Runner, list[dict]]:

@@ -329,6 +329,7 @@ def _diagnostic_cells(r: dict) -> list[str]:
         r["label"],
         _fmt(r["max_kurtosis"], 1),
         f"{r['max_head_delimiter_attention']:.2f}",
+        _fmt(r.get("parking_head_value_ratio"), 2),
         f"{share} ({r['delimiter_share_of_tokens']:.0%})",
         " / ".join(",".join(str(d) for d in dims) or "-" for dims in r["top_outlier_dims"]),
         f"{r['attention_zero_fraction']:.0%}",
@@ -373,12 +374,13 @@ def format_markdown(table: dict) -> str:
                 "Method",
                 "max kurtosis",
                 "max head mass on delimiters",
+                "its values on delimiters / others",
                 "outliers on delimiters (share of tokens)",
                 "top outlier dims per layer",
                 "exact-zero attention",
                 "gate mean",
             ],
-            ["---", "---:", "---:", "---:", "---", "---:", "---:"],
+            ["---", "---:", "---:", "---:", "---:", "---", "---:", "---:"],
             [_diagnostic_cells(r) for r in rows],
         )
         lines.append("")

@@ -138,8 +138,15 @@ def _outlier_stats(cfg, seen, metric_names, tokens_BxT, delim_V, special_V) -> d
     }
     delim_BxT, special_BxT = delim_V[tokens_BxT], special_V[tokens_BxT]
     dims, toks, mass_d, mass_s, dead, zeros, allowed, gates = [], [], [], [], [], [], [], []
-    example_probs = []
+    example_probs, value_d, value_o = [], [], []
+    on_delim = delim_BxT.astype(jnp.float32)[:, :, None]  # (B, T, 1)
     for i in range(cfg.n_layers):
+        # Each head's value vectors (its slice of V(x)): their L2 norm per position, summed
+        # over delimiter/special positions and over the others (Fig. 2: small on delimiters).
+        values = seen[f"l{i}.v"].astype(jnp.float32)
+        norms = jnp.linalg.norm(values.reshape(*values.shape[:2], cfg.n_heads, -1), axis=-1)
+        value_d.append(jnp.sum(norms * on_delim, axis=(0, 1)))
+        value_o.append(jnp.sum(norms * (1 - on_delim), axis=(0, 1)))
         mask = outlier_mask(seen[f"l{i}.ffn_out"])  # (B, T, D)
         dims.append(jnp.sum(mask, axis=(0, 1)).astype(jnp.float32))
         per_pos = jnp.sum(mask, axis=2).astype(jnp.float32).reshape(-1)
@@ -173,6 +180,9 @@ def _outlier_stats(cfg, seen, metric_names, tokens_BxT, delim_V, special_V) -> d
         "attn_allowed": jnp.stack(allowed),
         "example_probs": jnp.stack(example_probs),  # (L, H, T, T) of the batch's first sample
         "example_tokens": tokens_BxT[0],
+        "value_norm_delim": jnp.stack(value_d),  # (L, H), summed over delimiter positions
+        "value_norm_other": jnp.stack(value_o),  # (L, H), summed over the other positions
+        "delim_positions": jnp.sum(delim_BxT).astype(jnp.float32),
     }
     if gates:
         stats["gate_mean"] = jnp.stack(gates)  # (L, H), summed over the batch

@@ -353,6 +353,9 @@ def _quant(good: bool = True, vanilla: bool = True) -> dict:
                     "outlier_share_on_delimiters": [0.99, None, 0.98] if vanilla else [0.99, 0.4],
                     "delimiter_share_of_tokens": 0.1,
                     "max_head_delimiter_attention": 0.95 if vanilla else 0.3,
+                    "parking_head": [2, 1],
+                    "parking_head_value_ratio": 0.1 if vanilla else 0.9,
+                    "delimiter_value_ratio_by_layer": [0.8, 0.6, 0.1],
                 }
             )
     return {"quick": True, "rows": rows, "configs": []}
@@ -892,6 +895,10 @@ CASES: dict[str, Case] = {
             Bad(_quant_case(vanilla=False)),
             Bad(_quant_edit("decoder", "clipped", avg_kurtosis=10.0), "kurtosis higher"),
             Bad(_quant_edit("decoder", "clipped", w8a8_perplexity=12.0), "W8A8 perplexity higher"),
+            # Vanilla with outliers and a parking head, but the outliers off the delimiters in
+            # one layer, and the parking head's delimiter values as large as the others'.
+            Bad(_quant_edit("encoder", "vanilla", outlier_share_on_delimiters=[0.99, 0.4])),
+            Bad(_quant_edit("encoder", "vanilla", parking_head_value_ratio=0.51)),
         ),
         Evidence("full"),
     ),
@@ -1119,6 +1126,9 @@ def test_paper_number_rules():
     assert digits.holds(-4.5961e-8) and not digits.holds(-4.597e-8)
     above = paper.DELIMITER_SHARE  # '>97 %': a bound, not a value
     assert above.holds(0.971) and not above.holds(0.97) and not above.holds(0.5)
+    small = paper.DELIMITER_VALUES  # 'small' read as at most 0.5
+    assert small.holds(0.5) and small.holds(0.02) and not small.holds(0.501)
+    assert small.tolerance.startswith("at most 0.5")
 
 
 # --- the rows' pieces --------------------------------------------------------------------------
@@ -1193,6 +1203,20 @@ def test_quant_premises():
     cuts = [r for r in rows if " cuts the " in r.claim]
     assert cuts and all(r.status == NOT_TESTED and "premise" in r.note for r in cuts)
     assert all("added after" in r.note for r in cuts)
+    # So is where the outliers sit (the shares stay in the note), and a head that does not
+    # park leaves its values' size untested.
+    sit = next(r for r in rows if r.claim == "encoder: vanilla's outliers sit on delimiter tokens")
+    assert sit.status == NOT_TESTED and "added after" in sit.note and "99%" in sit.note
+    for r in table["rows"]:
+        r["max_head_delimiter_attention"] = 0.5
+    rows = _recipe_rows(quant.claims(Evidence("quick", quant=table)))
+    small = next(r for r in rows if "carry small values" in r.claim)
+    assert small.status == NOT_TESTED and "no vanilla head parks" in small.note
+    for r in table["rows"]:
+        del r["parking_head_value_ratio"]
+    rows = _recipe_rows(quant.claims(Evidence("quick", quant=table)))
+    small = next(r for r in rows if "carry small values" in r.claim)
+    assert small.status == NOT_TESTED and "QUANT_EVAL_VERSION 2" in small.note
 
 
 def test_quant_ablations_need_outliers_except_the_fp_rows():

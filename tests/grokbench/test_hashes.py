@@ -25,7 +25,7 @@ from grokbench.quant import QuantConfig
 from tests.grokbench import golden
 
 RECORD = pathlib.Path(__file__).with_name("stored_hashes.json")
-_VERSIONS = ("CONFIG_VERSION", "DISTILL_VERSION", "QUANT_VERSION")
+_VERSIONS = ("CONFIG_VERSION", "DISTILL_VERSION", "QUANT_VERSION", "QUANT_EVAL_VERSION")
 
 
 def _recipe_hashes() -> dict[str, dict[str, list]]:

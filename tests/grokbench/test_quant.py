@@ -247,6 +247,10 @@ def test_quick_recipe_at_tiny_size(tmp_path):
         assert len(r["outlier_share_on_delimiters"]) == 1
         assert 0 < r["delimiter_attention_by_layer"][0] <= r["max_head_delimiter_attention"]
         assert r["delimiter_share_of_tokens"] > 1 / 11  # '.' and [BOS]
+        # Fig. 2's values: the parking head and its value-norm ratio, per layer too.
+        layer, head = r["parking_head"]
+        assert layer == 0 and 0 <= head < 2
+        assert r["parking_head_value_ratio"] == r["delimiter_value_ratio_by_layer"][0] > 0
 
 
 def test_bos_noise_has_a_stream_of_its_own():

@@ -47,6 +47,7 @@ def test_probe_on_a_tiny_gated_decoder():
     _check_float_pass(setup)
     _check_attention_and_gate_statistics(setup)
     _check_quantized_pass_uses_the_static_ranges(setup)
+    _check_value_norms(setup)
 
 
 def _check_float_pass(setup):
@@ -74,6 +75,27 @@ def _check_attention_and_gate_statistics(setup):
     assert np.all(np.asarray(fp["attn_special"]) >= 4 / t - 1e-6)
     np.testing.assert_allclose(np.asarray(fp["gate_mean"]) / 4, 0.25, atol=0.02)
     assert float(np.asarray(fp["token_count"]).sum()) == 4 * t
+
+
+def _check_value_norms(setup):
+    """Each head's value-vector norms, summed over delimiter and over other positions, are
+    numpy's on the tapped V(x) (Fig. 2's measure)."""
+    cfg, params, batch, _, _, fp = setup
+    seen = {}
+
+    def tap(name, x):
+        seen[name] = x
+        return x
+
+    quant_model_apply(params, batch["tokens"], batch["segments"], cfg, tap=tap)
+    delim = np.asarray(build_corpus().delimiter_mask())[np.asarray(batch["tokens"])]  # (B, T)
+    assert 0 < delim.sum() < delim.size  # both kinds of position are in the batch
+    for i in range(cfg.n_layers):
+        v = np.asarray(seen[f"l{i}.v"], np.float64)
+        norms = np.linalg.norm(v.reshape(*v.shape[:2], cfg.n_heads, -1), axis=-1)  # (B, T, H)
+        np.testing.assert_allclose(fp["value_norm_delim"][i], norms[delim].sum(0), rtol=1e-5)
+        np.testing.assert_allclose(fp["value_norm_other"][i], norms[~delim].sum(0), rtol=1e-5)
+    assert float(fp["delim_positions"]) == delim.sum()
 
 
 def _check_quantized_pass_uses_the_static_ranges(setup):
