@@ -8,7 +8,7 @@ normal noise. Each function is jitted twice, as `jax.grad` and as
 gradient and logs the loss every N steps), compiled and warmed up first; then all
 of them run interleaved (a, b, c, ..., a, b, c, ...) so machine noise hits them
 alike, and the table reports medians, the ratio of medians and its verdict against
-the bound `figures.paper.SLOWDOWN` states for each loss (the paper's "without meaningful
+the bound `figures.report.paper.SLOWDOWN` states for each loss (the paper's "without meaningful
 slowdown"; the reproduction report tests the same bounds on this script's --json output), in
 both modes and both dtypes.
 """
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 
 import numerics
-from figures.paper import SLOWDOWN
+from figures.report.paper import SLOWDOWN
 
 MODES = {"grad": jax.grad, "value_and_grad": jax.value_and_grad}
 BASELINE = {
@@ -39,7 +39,7 @@ BOUND = {
     "fixed CE": SLOWDOWN["cross_entropy"].value,
     "fixed soft CE": SLOWDOWN["soft_target_cross_entropy"].value,
 }
-"""Each fixed loss's bound over its baseline, from figures.paper (stated once, there)."""
+"""Each fixed loss's bound over its baseline, from figures.report.paper (stated once, there)."""
 
 
 def _standard_soft_target(student, teacher):

@@ -1,10 +1,12 @@
-"""What every figure script shares: the build context, cached runs, one plot style, saving.
+"""What every figure script shares: the build context, stored runs, one plot style, saving.
 
 A figure script gets a `Context` and asks it for a recipe's runs (`ctx.runs("fig2-top")`).
-The context expands the recipe at the build's scale (`--quick` or `--full`) and sends it
-through `grokbench.experiment.run_configs`, the path `grokbench run` takes: finished runs
-are loaded from the store, missing ones are trained there and then stored. So figures
-never train anything a second way, and a warm store makes a build take seconds.
+The context expands the recipe at the build's scale (`--quick` or `--full`) and hands out
+the finished runs: those the build trained before drawing (`figures.build.train`, through
+`grokbench.experiment.run_configs`, the path `grokbench run` takes), else the store's. A
+figure never trains: drawn with runs the store lacks, it raises `MissingRuns`, naming the
+command that makes them. So figures never train anything a second way, and a warm store
+makes a build take seconds.
 """
 
 from __future__ import annotations
@@ -25,15 +27,19 @@ import matplotlib.pyplot as plt
 import matplotlib.transforms
 import numpy as np
 
-from grokbench import experiment, recipes
+from grokbench import recipes
 from grokbench.config import RunConfig
-from grokbench.store import Store, atomic_write_bytes, load_metrics
+from grokbench.store import Store, atomic_write_bytes, default_root, load_metrics
 
 __all__ = [
+    "ABLATIONS_FILE",
     "CLIFF_STYLE",
+    "CONSTANT_LR_FILE",
     "LOSS_COLORS",
     "PRECISION_COLORS",
+    "QUANT_TABLE_FILE",
     "Context",
+    "MissingRuns",
     "Run",
     "line_label",
     "margin_curves",
@@ -44,6 +50,17 @@ __all__ = [
     "select",
     "style",
 ]
+
+QUANT_TABLE_FILE = "quant_table.json"
+"""The quant lab's table of this build's scale, which the build writes into OUT before the
+quant figures are drawn from it (`grokbench.quant.run_quant`)."""
+
+ABLATIONS_FILE = "quant_ablations.json"
+"""The full build's ablation sweeps: {"vanilla": table, AXIS: table} (`run_ablations`)."""
+
+CONSTANT_LR_FILE = "quant_constant_lr.json"
+"""The full build's `quant-constant-lr` table (`grokbench.quant.recipes.CONSTANT_LR`): the
+encoder recipe at a constant lr, read as `Evidence.quant["constant_lr"]`."""
 
 LOSS_COLORS: dict[str, str] = {
     "fixed": "#1b7837",  # green: the fix
@@ -269,13 +286,20 @@ class Run:
         return load_metrics(self.run_dir)
 
 
+class MissingRuns(RuntimeError):
+    """A figure was drawn without runs (or a table) it reads: the message names the command
+    that makes them. A build never raises it: it trains what each figure reads first."""
+
+
 @dataclasses.dataclass
 class Context:
     """One figures build: its scale, where images go, the store, and the runs it loaded.
 
     `overrides` (key -> tuple of values, as `grokbench run` parses them) are applied to every
-    recipe; tests use them to shrink recipes. `train=False` never trains: a recipe with a
-    missing run gives None (the report uses that to say what was not tested).
+    recipe; tests use them to shrink recipes. Nothing here trains: `runs` hands out the runs
+    the build trained (`keep`) or the store holds, and raises `MissingRuns` for a recipe
+    with a missing run; `stored` gives None instead (the report uses that to say what was
+    not tested). `progress` is the build's: its training shows progress bars.
     """
 
     quick: bool
@@ -294,23 +318,58 @@ class Context:
         """The recipe's runs at this build's scale."""
         return recipes.expand(recipes.get_recipe(recipe), self.overrides, quick=self.quick)
 
-    def runs(self, recipe: str, train: bool = True) -> list[Run] | None:
-        """The recipe's finished runs, training the missing ones unless `train` is False."""
-        if recipe in self._cache:
-            return self._cache[recipe]
-        configs = self.configs(recipe)
-        if not train:
-            summaries = [self.store.load_summary(cfg) for cfg in configs]
-            if any(s is None for s in summaries):
-                return None
-        else:
-            summaries = experiment.run_configs(configs, self.store, progress=self.progress)
+    def keep(self, recipe: str, summaries: Sequence[dict]) -> list[Run]:
+        """Hold the recipe's runs, one summary per config of `configs(recipe)` (as the build's
+        training returns them), for every later `runs` or `stored` of this context."""
         runs = [
             Run(cfg, summary, self.store.run_dir(cfg))
-            for cfg, summary in zip(configs, summaries, strict=True)
+            for cfg, summary in zip(self.configs(recipe), summaries, strict=True)
         ]
         self._cache[recipe] = runs
         return runs
+
+    def kept(self, recipe: str) -> bool:
+        """Whether this context holds the recipe's runs already."""
+        return recipe in self._cache
+
+    def stored(self, recipe: str) -> list[Run] | None:
+        """The recipe's finished runs; None when the store lacks any (nothing is trained)."""
+        if recipe in self._cache:
+            return self._cache[recipe]
+        configs = self.configs(recipe)
+        summaries = [self.store.load_summary(cfg) for cfg in configs]
+        if any(s is None for s in summaries):
+            return None
+        return self.keep(recipe, summaries)
+
+    def runs(self, recipe: str) -> list[Run]:
+        """The recipe's finished runs; `MissingRuns`, naming the command that trains them,
+        when the store lacks any (a figure drawn outside a build, or on another store)."""
+        runs = self.stored(recipe)
+        if runs is None:
+            raise MissingRuns(self.missing(recipe))
+        return runs
+
+    def missing(self, recipe: str) -> str:
+        """What `runs` says of a recipe the store lacks runs of: how many, and the command."""
+        from figures import registry  # it imports the figure modules, which import this one
+
+        configs = self.configs(recipe)
+        lacking = sum(self.store.load_summary(cfg) is None for cfg in configs)
+        figure = registry.figure_of().get(recipe)
+        flag = "--quick" if self.quick else "--full"
+        command = (
+            f"grokbench figures {figure} {flag}"
+            if figure
+            else f"grokbench run {recipe}{' --quick' if self.quick else ''}"
+        )
+        if self.store.root != default_root():
+            command += f" --results {self.store.root}"
+        make = f"`{command}` trains them"
+        return (
+            f"{lacking} of {len(configs)} {recipe} runs of the {self.scale} scale are not in "
+            f"the store {self.store.root}; a figure never trains: {make}"
+        )
 
 
 def margin_curves(ax, runs: Sequence[Run], *, color, label: str | None = None, alpha=0.8) -> None:

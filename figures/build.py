@@ -1,10 +1,14 @@
 """`grokbench figures`: build the named figures (all by default), then the reproduction report.
 
-Every figure reads its runs through `figures._common.Context.runs`, which trains only what
-the store lacks (through `grokbench.experiment.run_configs`, as `grokbench run` does), so a
-second build is seconds. `--quick` (the default) builds every figure at the recipes' quick
-scale; `--full` at the papers'. The report (`reproduction.md`) is written after the figures,
-from whatever finished runs of this scale the store holds.
+This is the one place figures train. Before drawing a figure, the build asks it which runs
+it needs (`figures.registry.Figure.needs`, and the quant lab's tables for the quant figure)
+and trains only what the store lacks (`train`: through `grokbench.experiment.run_configs`,
+as `grokbench run` does; the quant lab through `grokbench.quant.run_quant`, in its own
+store), so a second build is seconds. The figures then only read: each gets its runs
+through `figures._common.Context.runs`, which never trains. `--quick` (the default) builds
+every figure at the recipes' quick scale; `--full` at the papers'. The report
+(`reproduction.md`) is written after the figures, from whatever finished runs of this scale
+the store holds.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 import tqdm
 
 from figures import registry
-from figures._common import Context
+from figures._common import ABLATIONS_FILE, CONSTANT_LR_FILE, Context
+from grokbench import experiment
 from grokbench.config import ConfigError, did_you_mean
 from grokbench.console import duration, plural
 from grokbench.runtime import CompileMeter
@@ -38,6 +43,8 @@ __all__ = [
     "missing",
     "names",
     "resolve",
+    "train",
+    "train_recipe",
 ]
 
 TIMES_FILE = "build_times.json"
@@ -121,6 +128,51 @@ def missing(ctx: Context, names: Sequence[str]) -> dict[str, tuple[int, int]]:
                 runs, steps = runs + 1, steps + cfg.steps
         plan[name] = (runs, steps)
     return plan
+
+
+def train_recipe(ctx: Context, recipe: str) -> None:
+    """Train the recipe's runs of this build's scale that the store lacks (the others are
+    loaded), through `grokbench.experiment.run_configs`, and hold them all in `ctx`."""
+    configs = ctx.configs(recipe)
+    ctx.keep(recipe, experiment.run_configs(configs, ctx.store, progress=ctx.progress))
+
+
+def train(ctx: Context, names: Sequence[str]) -> None:
+    """Train what the builds `names` draw that the store lacks, before they are drawn: the
+    runs of every recipe their figures need (those `ctx` holds already are not asked for
+    again), and for the quant figure the quant lab's tables (`_make_quant`)."""
+    owner = {build: f for f in registry.figures() for build in f.builds}
+    made: set[str] = set()
+    for name in names:
+        figure = owner[name]
+        for recipe in figure.needs:
+            if not ctx.kept(recipe):
+                train_recipe(ctx, recipe)
+        if figure.quant_lab and figure.name not in made:
+            _make_quant(ctx)
+        made.add(figure.name)
+
+
+def _make_quant(ctx: Context) -> None:
+    """The quant lab at the build's scale (cached in its own store, under the build's store
+    root): OUT/quant_table.json and quant_table.md. The full build adds the paper's
+    ablations (`grokbench.quant.ABLATIONS`: the encoder's at its recipe's setting, 13 runs
+    of 6,000 steps beside the recipe's own, the decoder's LayerNorm sweep at the quick
+    scale), stored as OUT/quant_ablations.json, and the encoder recipe at a constant lr
+    (`grokbench.quant.recipes.CONSTANT_LR`, three more 6,000-step runs), stored as
+    OUT/quant_constant_lr.json. The quick build makes neither (it stays within its budget)."""
+    from grokbench import quant
+    from grokbench.quant.recipes import CONSTANT_LR
+
+    results = ctx.store.root
+    quant.run_quant(ctx.quick, ctx.out, {}, results=results, progress=ctx.progress)
+    if not ctx.quick:
+        tables = quant.run_ablations(results, ctx.progress)
+        atomic_write_json(ctx.out / ABLATIONS_FILE, tables)
+        constant = quant.run_quant(
+            False, None, {}, results=results, progress=ctx.progress, recipe=CONSTANT_LR
+        )
+        atomic_write_json(ctx.out / CONSTANT_LR_FILE, constant)
 
 
 def _record(out: pathlib.Path, scale: str) -> tuple[dict, str]:
@@ -219,6 +271,7 @@ def build(
     for name in todo:
         meter = CompileMeter()
         log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
+        train(ctx, [name])  # what the figure draws and the store lacks; drawing only reads
         written[name] = registry.builds()[name](ctx)
         files = ", ".join(p.name for p in written[name])
         times[name] = {**meter.read(), "runs": plan[name][0], "run_steps": plan[name][1]}

@@ -1,28 +1,25 @@
 """Progress measures over training (Nanda et al.'s, `grokbench.fourier`) for fig2-top's fixed
-and standard CE runs (fp32), the slingshot spikes marked; and Prieto et al.'s ⊥Grad claim.
+and standard CE runs (fp32), the slingshot spikes marked. (Prieto et al.'s ⊥Grad claim, in
+this figure's report section, is `figures.report.progress`.)
 
-The figure reuses the fig2-top runs (the quick build's, or the full recipe's with --full):
-it trains nothing of its own. One column per loss (the first seed); rows: the losses (train
-CE, test, restricted on all pairs, excluded on the training pairs), the share of the
-logits' norm in each frequency (the key frequencies are those at >= 5 %), and the Gini
-coefficient of the embedding's Fourier norms beside the total squared weight norm. Dashed
-red lines: spikes (`grokbench.slingshot`); dotted grey: the phase steps of
-`grokbench.progress` (M memorised, C circuit, K cleanup, G grokked).
+The figure reuses the fig2-top runs (the quick build's, or the full recipe's with --full),
+which fig2's build makes (`draws`): it trains nothing of its own. One column per loss (the
+first seed); rows: the losses (train CE, test, restricted on all pairs, excluded on the
+training pairs), the share of the logits' norm in each frequency (the key frequencies are
+those at >= 5 %), and the Gini coefficient of the embedding's Fourier norms beside the total
+squared weight norm. Dashed red lines: spikes (`grokbench.slingshot`); dotted grey: the
+phase steps of `grokbench.progress` (M memorised, C circuit, K cleanup, G grokked).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from figures import paper
 from figures._common import LOSS_COLORS, Context, line_label, new_figure, save, select
-from figures.claims import Evidence, Row, claim_row, seeds
 from figures.registry import Figure
 from grokbench import fourier, progress
 
-__all__ = ["FIGURE", "LOSSES", "claims", "draw"]
+__all__ = ["FIGURE", "LOSSES", "draw"]
 
 LOSSES = ("fixed", "standard")
 """The figure's columns: fig2-top's two losses."""
@@ -89,73 +86,11 @@ def draw(ctx: Context) -> list:
     return save(fig, ctx, "progress")
 
 
-# --- the report's claim (Prieto et al.'s ⊥Grad) ------------------------------------------------
-
-
-def _grokked(runs) -> str:
-    """'k/n' runs that reached >= 99 % test accuracy at some evaluation (a stored grok_step)."""
-    return f"{sum(r.summary.get('grok_step') is not None for r in runs)}/{len(runs)}"
-
-
-def _step(run) -> float:
-    """A run's grok step; infinity for one that never reached 99 % test accuracy."""
-    g = run.summary["grok_step"]
-    return math.inf if g is None else float(g)
-
-
-def claims(evidence: Evidence) -> list[Row]:
-    """Prieto et al.: ⊥Grad leads to quick generalization (the orthograd recipe, full scale):
-    at weight decay 0 with standard CE, every ⊥Grad seed groks, each before the same seed
-    without ⊥Grad."""
-    runs = evidence.runs("orthograd", full=True)
-    no_wd = [r for r in runs if r.config.weight_decay == 0]
-    tested = select([r for r in no_wd if r.config.orthograd], loss="standard")
-    plain = {r.config.seed: r for r in select(no_wd, loss="standard") if not r.config.orthograd}
-
-    def ours() -> str:
-        rows = []
-        for flag in (True, False):
-            same = [r for r in no_wd if r.config.orthograd == flag]
-            counts = (f"{loss} {_grokked(select(same, loss=loss))}" for loss in paper.ORTHO_LOSSES)
-            rows.append(f"{'with' if flag else 'without'} ⊥Grad: {', '.join(counts)}")
-        pairs = ", ".join(f"{_step(r):g} vs {_step(plain[r.config.seed]):g}" for r in tested)
-        return (
-            f"reached >= 99 % test at lambda 0 ({seeds(tested)}): "
-            + "; ".join(rows)
-            + f"; standard CE grok step with vs without ⊥Grad per seed: {pairs}"
-        )
-
-    # A stored grok_step of None is a measurement (never reached 99 %); a missing key is not.
-    measured = (
-        tested
-        and all(r.config.seed in plain for r in tested)
-        and all("grok_step" in r.summary for r in [*tested, *plain.values()])
-    )
-    return [
-        claim_row(
-            claim="⊥Grad leads to quick generalization (a+b mod 31, standard CE, AdamW lambda 0)",
-            source=paper.ORTHOGRAD.where,
-            paper=paper.ORTHOGRAD.stated,
-            tolerance=paper.ORTHOGRAD.tolerance,
-            ours=ours,
-            ok=None
-            if not measured
-            # 'Quick generalization': earlier than the same seed without ⊥Grad; a seed that
-            # never groks is at infinity, so this also asks that every ⊥Grad seed groks.
-            else lambda: all(_step(r) < _step(plain[r.config.seed]) for r in tested),
-            why=evidence.why("orthograd", full=True)
-            if not tested
-            else "a seed without its run without ⊥Grad, or a summary without a grok step",
-        )
-    ]
-
-
 FIGURE = Figure(
     name="progress",
     order=8,
-    builds={"progress": draw},  # fig2-top's runs, which fig2's build makes
+    builds={"progress": draw},
+    draws=("fig2-top",),  # fig2-top's runs, which fig2's build makes
     title="Progress measures and ⊥Grad (Nanda et al., Prieto et al.)",
     images=("progress.png",),
-    claims=claims,
-    reads=("orthograd",),
 )

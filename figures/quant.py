@@ -20,20 +20,19 @@ import pathlib
 import matplotlib.colors
 import numpy as np
 
-from figures._common import new_figure, save_to
-from figures.quant_claims import ABLATIONS_BY_AXIS as ABLATION_CLAIMS
-from figures.quant_claims import ABLATIONS_FILE, CONSTANT_LR_FILE, claims
+from figures._common import (
+    ABLATIONS_FILE,
+    CONSTANT_LR_FILE,
+    QUANT_TABLE_FILE,
+    MissingRuns,
+    new_figure,
+    save_to,
+)
 from figures.registry import Figure
-from grokbench.store import atomic_write_json
+from grokbench.quant.recipes import ABLATIONS
+from grokbench.store import default_root
 
-__all__ = [
-    "ABLATIONS_FILE",
-    "ABLATION_CLAIMS",
-    "CONSTANT_LR_FILE",
-    "FIGURE",
-    "claims",
-    "draw_quant_figures",
-]
+__all__ = ["FIGURE", "draw", "draw_quant_figures"]
 
 
 def _load_table(table: dict | str | pathlib.Path) -> dict:
@@ -157,32 +156,43 @@ def draw_quant_figures(
 
 
 def draw(ctx) -> list[pathlib.Path]:
-    """`grokbench figures quant`: the quant lab at the build's scale (cached), then its table
-    (quant_table.json, quant_table.md) and figures in the build's output directory. The full
-    build adds the paper's ablations (`grokbench.quant.ABLATIONS`: the encoder's at its
-    recipe's setting, 13 runs of 6,000 steps beside the recipe's own, the decoder's LayerNorm
-    sweep at the quick scale): quant_ablations.json and one quant_sweep_AXIS.png each; and
-    the encoder recipe at a constant lr (`grokbench.quant.recipes.CONSTANT_LR`, three more
-    6,000-step runs): quant_constant_lr.json. The quick build draws none (it stays within
-    its budget)."""
-    from grokbench import quant
-    from grokbench.quant.recipes import CONSTANT_LR
-
-    table = quant.run_quant(ctx.quick, ctx.out, {}, results=ctx.store.root, progress=ctx.progress)
-    paths = [ctx.out / "quant_table.json", ctx.out / "quant_table.md"]
+    """`grokbench figures quant`: the quant lab's figures in the build's output directory,
+    drawn from the tables the build made there first (`figures.build`: the lab at the
+    build's scale, cached in its own store): quant_table.json, quant_table.md, then the
+    figures. The full build's tables add the paper's ablations (`grokbench.quant.ABLATIONS`):
+    quant_ablations.json and one quant_sweep_AXIS.png each; and the encoder recipe at a
+    constant lr (`grokbench.quant.recipes.CONSTANT_LR`): quant_constant_lr.json. The quick
+    build has neither (it stays within its budget). `MissingRuns` names the command that
+    makes a table this directory lacks."""
+    table = _stored(ctx, QUANT_TABLE_FILE)
+    if table.get("quick") != ctx.quick:
+        raise MissingRuns(_missing(ctx, f"{QUANT_TABLE_FILE} of this scale"))
+    paths = [ctx.out / QUANT_TABLE_FILE, ctx.out / "quant_table.md"]
     paths += draw_quant_figures(table, ctx.out)
     if not ctx.quick:
-        tables = quant.run_ablations(ctx.store.root, ctx.progress)
-        atomic_write_json(ctx.out / ABLATIONS_FILE, tables)
+        tables = _stored(ctx, ABLATIONS_FILE)
         paths.append(ctx.out / ABLATIONS_FILE)
-        for axis in quant.ABLATIONS:
+        for axis in ABLATIONS:
             paths += _sweep_figure(tables[axis]["rows"], axis, ctx.out)
-        constant = quant.run_quant(
-            False, None, {}, results=ctx.store.root, progress=ctx.progress, recipe=CONSTANT_LR
-        )
-        atomic_write_json(ctx.out / CONSTANT_LR_FILE, constant)
+        _stored(ctx, CONSTANT_LR_FILE)
         paths.append(ctx.out / CONSTANT_LR_FILE)
     return paths
+
+
+def _stored(ctx, name: str) -> dict:
+    """The build's stored table OUT/NAME; `MissingRuns` when OUT lacks it."""
+    path = ctx.out / name
+    if not path.is_file():
+        raise MissingRuns(_missing(ctx, name))
+    return json.loads(path.read_text())
+
+
+def _missing(ctx, what: str) -> str:
+    """What `draw` says of a table OUT lacks, with the command that makes it there."""
+    command = f"grokbench figures quant {'--quick' if ctx.quick else '--full'} --out {ctx.out}"
+    if ctx.store.root != default_root():
+        command += f" --results {ctx.store.root}"
+    return f"no {what} in {ctx.out}: `{command}` makes it"
 
 
 FIGURE = Figure(
@@ -195,7 +205,7 @@ FIGURE = Figure(
         "quant_attention_decoder.png",
         "quant_outlier_dims_encoder.png",
         "quant_outlier_dims_decoder.png",
-        *(f"quant_sweep_{axis}.png" for axis in ABLATION_CLAIMS),
+        *(f"quant_sweep_{axis}.png" for axis in ABLATIONS),
     ),
-    claims=claims,
+    quant_lab=True,
 )

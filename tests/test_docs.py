@@ -175,17 +175,17 @@ def test_python_examples_run(page, index):
 
 
 def test_docs_agree_with_the_results_bundle():
-    """Every bundle block of the README and docs/ is what `python -m figures.bundle render`
+    """Every bundle block of the README and docs/ is what `python -m figures.report.bundle render`
     makes of docs/data: a number edited by hand, or a bundle refreshed without rendering,
-    fails here (`python -m figures.bundle refresh` remakes both)."""
-    from figures import bundle
+    fails here (`python -m figures.report.bundle refresh` remakes both)."""
+    from figures.report import bundle
 
     assert bundle.load()["quick"] is not None, "no results bundle in docs/data"
     assert bundle.check() == []
 
 
 def test_a_number_changed_in_a_bundle_block_fails_the_check(tmp_path):
-    from figures import bundle
+    from figures.report import bundle
 
     readme = (ROOT / "README.md").read_text()
     (name, start, end), *_ = bundle.blocks(readme)
@@ -202,7 +202,7 @@ def test_a_number_changed_in_a_bundle_block_fails_the_check(tmp_path):
 
 
 def test_bundle_blocks_are_known_and_closed():
-    from figures import bundle, bundle_docs
+    from figures.report import bundle, bundle_docs
 
     for page in PAGES:
         for name, _, _ in bundle.blocks(page.read_text()):
@@ -212,7 +212,7 @@ def test_bundle_blocks_are_known_and_closed():
 def test_the_bundle_manifest_names_every_cache_version():
     """The manifest records the versions its numbers were made at (`grokbench.versions`),
     and the stored manifest is at today's versions: a bump needs a refreshed bundle."""
-    from figures import bundle
+    from figures.report import bundle
     from grokbench import versions
 
     declared = [n for n in versions.__all__ if n.endswith("_VERSION")]
@@ -223,7 +223,7 @@ def test_the_bundle_manifest_names_every_cache_version():
 def test_the_distillation_table_names_each_run_once():
     """Each row of docs/distillation.md's bundle table is one run: the fixed students with
     soft-target CE and with KL as the loss are told apart (precision and loss label)."""
-    from figures import bundle, bundle_docs
+    from figures.report import bundle, bundle_docs
 
     table = bundle_docs.distillation_measured(bundle.load()).splitlines()
     rows = [tuple(c.strip() for c in line.split("|")[1:3]) for line in table[2:] if "|" in line]
@@ -234,7 +234,7 @@ def test_no_quick_verdict_contradicts_the_full_build():
     """A row the quick build decides must not contradict the full build's verdict on the same
     row (issue 46): in the bundle, no row holds at quick scale and fails at full, or fails
     at quick scale and holds at full, among the rows both builds decided."""
-    from figures import bundle
+    from figures.report import bundle
 
     data = bundle.load()
     quick = {r["claim"]: r["status"] for r in data["quick"]["report"]}

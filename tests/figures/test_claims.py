@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 import numerics
-from figures import (
+from figures import build, registry, report
+from figures._common import Context, Run
+from figures.report import (
     fig1,
     fig2,
     fig3,
@@ -28,13 +30,9 @@ from figures import (
     paper,
     progress,
     quant,
-    quant_claims,
-    registry,
-    report,
     table1,
 )
-from figures._common import Context, Run
-from figures.claims import (
+from figures.report.claims import (
     FAILS,
     HOLDS,
     NOT_TESTED,
@@ -1181,7 +1179,7 @@ def test_quant_missing_variant_is_a_not_tested_row():
 
 def _recipe_rows(rows):
     """The rows read on the recipe's table (not the full build's constant-lr table)."""
-    return [r for r in rows if not r.claim.endswith(quant_claims.CONSTANT_LR_SUFFIX)]
+    return [r for r in rows if not r.claim.endswith(quant.CONSTANT_LR_SUFFIX)]
 
 
 def test_quant_premises():
@@ -1222,8 +1220,8 @@ def test_quant_premises():
 def test_quant_ablations_need_outliers_except_the_fp_rows():
     ablations = _ablations(vanilla_inf=5.0)  # no outliers at the sweep's scale
     rows = quant.claims(Evidence("full", quant={**_quant(), "ablations": ablations}))
-    by = {r.claim: r for r in rows[-len(quant_claims.ABLATION_CLAIMS) :]}
-    for a in quant_claims.ABLATION_CLAIMS:
+    by = {r.claim: r for r in rows[-len(quant.ABLATION_CLAIMS) :]}
+    for a in quant.ABLATION_CLAIMS:
         row = by[a.claim]
         if a.outliers:
             assert row.status == NOT_TESTED and "premise not met" in row.note, a.claim
@@ -1245,7 +1243,7 @@ def test_full_build_report_reads_the_ablation_sweeps(tmp_path):
     (tmp_path / "quant_table.json").write_text(json.dumps({**_quant(), "quick": False}))
     (tmp_path / quant.ABLATIONS_FILE).write_text(json.dumps(_ablations()))
     full = Context(quick=False, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
-    n = len(quant_claims.ABLATION_CLAIMS)
+    n = len(quant.ABLATION_CLAIMS)
     rows = quant.claims(report.evidence(full))[-n:]
     assert [r.status for r in rows] == [HOLDS] * n
     quick = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
@@ -1263,7 +1261,7 @@ def test_full_build_report_reads_the_constant_lr_table(tmp_path):
         return [
             r
             for r in quant.claims(report.evidence(full))
-            if r.claim.endswith(quant_claims.CONSTANT_LR_SUFFIX)
+            if r.claim.endswith(quant.CONSTANT_LR_SUFFIX)
         ]
 
     missing = constant_rows()
@@ -1279,8 +1277,7 @@ def test_full_build_report_reads_the_constant_lr_table(tmp_path):
     rows = {r.claim: r for r in constant_rows()}
     assert (
         rows[
-            "encoder: vanilla attention develops activation outliers"
-            + quant_claims.CONSTANT_LR_SUFFIX
+            "encoder: vanilla attention develops activation outliers" + quant.CONSTANT_LR_SUFFIX
         ].status
         == FAILS
     )
@@ -1308,8 +1305,9 @@ def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
         progress=False,
         overrides=overrides,
     )
+    build.train(ctx, ["fig7"])  # the build trains; the figure only draws
     assert all(p.stat().st_size > 1000 for p in registry.builds()["fig7"](ctx))
-    runs = ctx.runs("fig7", train=False)
+    runs = ctx.stored("fig7")
     rows = fig7.claims(Evidence("quick", {"fig7": runs}, store=ctx.store))
     fixed = next(
         r for r in rows if r.claim.startswith("fixed soft-target CE") and "bf16" in r.claim
@@ -1361,6 +1359,7 @@ def test_quant_claims_on_a_tiny_lab(tmp_path, monkeypatch):
     picked = {"families": ("encoder",), "variants": ("vanilla", "clipped")}
     monkeypatch.setattr(quant_lab, "quant_configs", lambda quick, *_: real(quick, picked, recipe))
     ctx = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), progress=False)
+    build.train(ctx, ["quant"])  # the build runs the lab; the figure only draws
     files = registry.builds()["quant"](ctx)
     assert {"quant_table.json", "quant_table.md"} <= {p.name for p in files}
     assert all(p.name.startswith("quant") and p.stat().st_size > 100 for p in files)

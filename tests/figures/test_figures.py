@@ -6,18 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from figures import (
-    build,
-    fig2,
-    fig4,
-    fig6,
-    quant,
-    report,
-    setup_study,
-    table1,
-)
-from figures._common import Context
-from figures.claims import Evidence
+from figures import build, quant, registry, report, setup_study
+from figures._common import Context, MissingRuns
+from figures.report import fig2, fig4, fig6, table1
+from figures.report.claims import Evidence
 from grokbench import cli, engine, metrics
 from grokbench.store import Store
 from tests.fakes import progress_columns
@@ -181,6 +173,8 @@ def test_full_scale_claims_evaluate_on_fake_runs(tmp_path, fake_engine):
         quick=False, out=tmp_path, store=Store(tmp_path / "store"), overrides=TINY, progress=False
     )
     grokking = ("fig2-top", "fig2-bottom", "fig2-bottom-cube", "table1", "fig4", *fig6.RECIPES)
+    for name in grokking:  # the build trains (figures and the report only read)
+        build.train_recipe(ctx, name)
     ev = Evidence("full", {name: ctx.runs(name) for name in grokking}, store=ctx.store)
     rows = fig2.claims(ev) + table1.claims(ev) + fig4.claims(ev) + fig6.claims(ev)
     tested = {r.source for r in rows if r.status != "not tested"}
@@ -266,3 +260,27 @@ def test_forecast_scales_the_record_by_the_run_steps_left():
     assert expected["fig9"] is None  # no record: '?'
     text = build.format_forecast(plan, expected, "a record")
     assert "?" in text and "about" in text and "3 runs to train" in text
+
+
+def test_a_figure_drawn_without_its_runs_names_the_command_and_trains_nothing(
+    tmp_path, fake_engine
+):
+    """Figures only draw: the build trains first (`build.train`); a figure drawn on a store
+    that lacks its runs (or the quant lab's table) raises `MissingRuns` with the command."""
+    overrides = {**TINY, "progress_measures": (True,)}
+    store = Store(tmp_path / "store")
+    ctx = Context(quick=True, out=tmp_path, store=store, overrides=overrides, progress=False)
+    for name, command in (
+        ("fig2", "`grokbench figures fig2 --quick --results "),
+        ("progress", "`grokbench figures fig2 --quick --results "),  # fig2's build makes them
+        ("setup_study", "`grokbench figures setup_study --quick --results "),
+        ("quant", f"`grokbench figures quant --quick --out {tmp_path} --results "),
+    ):
+        with pytest.raises(MissingRuns) as caught:
+            registry.builds()[name](ctx)
+        assert command in str(caught.value), (name, str(caught.value))
+    assert ctx.missing("fig2-top").startswith("4 of 4 fig2-top runs of the quick scale")
+    assert not fake_engine  # drawing never trains
+    build.train(ctx, ["progress"])  # the build's one place: the runs progress draws
+    assert fake_engine and ctx.runs("fig2-top")
+    assert [p.name for p in registry.builds()["progress"](ctx)] == ["progress.png", "progress.pdf"]

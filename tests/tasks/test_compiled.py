@@ -19,7 +19,7 @@ CACHES = {
     "grokbench.quant.train._programs",
     "tasks.quant._probe._make_probe",
     "tasks.quant._probe._tap_names",
-    "figures.fig1._target_grad",
+    "figures._analytic._target_grad",
 }
 
 # functools caches that hold no program: host facts probed once per process, and the
@@ -27,7 +27,8 @@ CACHES = {
 HOST_FACTS = {
     "grokbench/runtime.py",  # the machine fingerprint and float16 probe
     "figures/registry.py",  # the figure modules, found once
-    "figures/fig1.py",  # mpmath's exact gradients of fixed inputs (64 entries)
+    "figures/_analytic.py",  # mpmath's exact gradients of fixed inputs (64 entries)
+    "figures/report/fig1.py",  # fig1's claims: one jitted loss or gradient per measurement
     "grokbench/quant/table.py",  # generated corpora, built once per process (4 entries)
 }
 

@@ -1,4 +1,5 @@
-"""The doc blocks rendered from the results bundle (`figures.bundle`): one function per block.
+"""The doc blocks rendered from the results bundle (`figures.report.bundle`): one function per
+block.
 
 Each takes the loaded bundle ({'manifest', 'quick', 'full', 'bench'}) and returns the block's
 Markdown. A block whose data the bundle lacks says so instead of printing a number.
@@ -12,7 +13,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from figures import paper
+from figures.report import paper
 
 Bundle = dict[str, Any]
 
@@ -91,7 +92,9 @@ def _source(b: Bundle, entry: str, link: str, recipes: Sequence[str] = ()) -> st
     """The italic line under a block: what made its numbers, and where they are."""
     m = b.get("manifest")
     if not m:
-        return "*Not in the results bundle yet: `python -m figures.bundle refresh` makes it.*"
+        return (
+            "*Not in the results bundle yet: `python -m figures.report.bundle refresh` makes it.*"
+        )
     e = m["entries"].get(entry, {})
     if entry == "full":
         held = m.get("full_recipes", [])
@@ -108,7 +111,9 @@ def _source(b: Bundle, entry: str, link: str, recipes: Sequence[str] = ()) -> st
 
 
 def _missing(what: str) -> str:
-    return f"*{what}: not in the results bundle (`python -m figures.bundle refresh` makes it).*"
+    return (
+        f"*{what}: not in the results bundle (`python -m figures.report.bundle refresh` makes it).*"
+    )
 
 
 # --- the report's counts -----------------------------------------------------------------------
@@ -428,7 +433,7 @@ def quant_report_rows(b: Bundle) -> str:
 
 
 def benchmarks_ce(b: Bundle) -> str:
-    from figures.paper import SLOWDOWN
+    from figures.report.paper import SLOWDOWN
 
     bench = b.get("bench")
     if not bench:
@@ -463,7 +468,7 @@ def benchmarks_ce(b: Bundle) -> str:
             "",
             f"Medians of 9 interleaved runs on (2048, 32768) logits, {bench.get('device')}; "
             f"the load average was {load} when it started (a shared machine: read the ratios, "
-            "not the milliseconds). The bounds are `figures.paper.SLOWDOWN`'s.",
+            "not the milliseconds). The bounds are `figures.report.paper.SLOWDOWN`'s.",
             "",
             _source(b, "bench", "data/manifest.json"),
         ]
@@ -660,7 +665,7 @@ def readme_headline(b: Bundle) -> str:
             *out,
             "",
             f"*Numbers from the results bundle ([docs/data](docs/data/manifest.json)): "
-            f"`python -m figures.bundle refresh`, `CONFIG_VERSION` "
+            f"`python -m figures.report.bundle refresh`, `CONFIG_VERSION` "
             f"{m['versions']['CONFIG_VERSION']}, {m['made']}, {m['machine']['cpu']} "
             f"({m['machine']['cores']} cores, shared).*",
         ]

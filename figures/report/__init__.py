@@ -1,11 +1,15 @@
 """The reproduction report: every claim of the two papers our recipes can test, paper vs ours.
 
-The claims live with their figures: each figure module exports `claims(evidence)`, and the
-paper's numbers, tolerances and their reasons live in `figures.paper`. This module only
-gathers the evidence (stored runs of the build's scale, the quant lab's table, the CE
-benchmark's output), evaluates every figure's claims, and renders `reproduction.md`: per
-figure, its image, then its rows. A claim without data is `not tested`, with the reason and
-the command that tests it (`figures.claims`). The report never trains.
+This package is the report, apart from the figures that draw: the paper's numbers,
+tolerances and their reasons (`figures.report.paper`), what every claim shares
+(`figures.report.claims`), one module of claims per figure (`figures.report.fig2`, ...,
+`figures.report.quant`, each declaring its figure as `CLAIMS`; `figures.registry` links them),
+and the results bundle the docs quote (`figures.report.bundle`, `figures.report.bundle_docs`).
+This module only gathers the evidence (stored runs of the build's scale, the quant lab's
+table, the CE benchmark's output), evaluates every figure's claims, and renders
+`reproduction.md`: per figure, its image, then its rows. A claim without data is
+`not tested`, with the reason and the command that tests it (`figures.report.claims`). The
+report never trains, and imports no figure script.
 """
 
 from __future__ import annotations
@@ -14,9 +18,8 @@ import json
 from collections.abc import Callable, Sequence
 
 from figures import registry
-from figures._common import Context
-from figures.claims import FAILS, HOLDS, NOT_TESTED, Evidence, Row
-from figures.quant import ABLATIONS_FILE, CONSTANT_LR_FILE
+from figures._common import ABLATIONS_FILE, CONSTANT_LR_FILE, QUANT_TABLE_FILE, Context
+from figures.report.claims import FAILS, HOLDS, NOT_TESTED, Evidence, Row
 from grokbench.store import atomic_write_bytes
 
 __all__ = ["count", "evaluate", "evidence", "format_counts", "markdown", "sections", "write"]
@@ -27,14 +30,19 @@ BENCH_FILE = "bench_cross_entropy.json"
 
 def sections() -> list[tuple[str, tuple[str, ...], Callable[[Evidence], list[Row]]]]:
     """The report's sections in order: title, images (when built), claims; one per figure
-    that declares a title (`figures.registry`)."""
-    return [(f.title, f.images, f.claims) for f in registry.figures() if f.title and f.claims]
+    that declares a title and has claims (`figures.registry`)."""
+    claimed = registry.claims()
+    return [
+        (f.title, f.images, claimed[f.name].claims)
+        for f in registry.figures()
+        if f.title and f.name in claimed
+    ]
 
 
 def evidence(ctx: Context) -> Evidence:
     """Everything of this build's scale the store and the build directory hold (no training)."""
     table = None
-    path = ctx.out / "quant_table.json"
+    path = ctx.out / QUANT_TABLE_FILE
     if path.is_file():
         table = json.loads(path.read_text())
         table = table if table.get("quick") == ctx.quick else None
@@ -47,7 +55,7 @@ def evidence(ctx: Context) -> Evidence:
     bench = ctx.out / BENCH_FILE
     return Evidence(
         scale=ctx.scale,
-        recipes={name: ctx.runs(name, train=False) for name in registry.claimed_recipes()},
+        recipes={name: ctx.stored(name) for name in registry.claimed_recipes()},
         quant=table,
         bench=json.loads(bench.read_text()) if bench.is_file() else None,
         store=ctx.store,
@@ -83,7 +91,7 @@ def markdown(sections, scale: str, built: Callable[[str], bool] = lambda name: F
         "",
         "Status `fails` means our measurement is outside the stated tolerance; `not tested`",
         "gives the reason and the command that tests it. Tolerances are fixed from the papers'",
-        "text (figures/paper.py); each figure's claims are in its module (`claims`).",
+        "text (figures/report/paper.py); each figure's claims are in its figures/report/ module.",
     ]
     for title, images, section in sections:
         lines += ["", f"## {title}", ""]

@@ -5,14 +5,15 @@ comes from here: the summaries of the runs they quote, the reproduction report's
 quant lab's quick table and the cross-entropy benchmark's output, each with the command and
 cache versions that made it (`docs/data/manifest.json`).
 
-    python -m figures.bundle refresh    # remake the bundle (trains what its stores lack),
-                                        # then render the docs
-    python -m figures.bundle render     # rewrite the docs' bundle blocks from docs/data
-    python -m figures.bundle check      # exit 1 when a doc block differs from the bundle
+    python -m figures.report.bundle refresh  # remake the bundle (trains what its stores
+                                             # lack), then render the docs
+    python -m figures.report.bundle render   # rewrite the docs' bundle blocks from docs/data
+    python -m figures.report.bundle check    # exit 1 when a doc block differs from the bundle
 
 `refresh` runs the quick build (`grokbench figures --quick`), trains the full-scale recipes of
 `FULL_RECIPES` (those that fit in about an hour and a half on a 2-core CPU; `--full-recipes`
-changes the list, `--no-train` only reads the stores), runs the benchmark, writes the
+changes the list, `--no-train` only reads the stores; the build trains them, as it trains
+its figures' runs: `figures.build.train_recipe`), runs the benchmark, writes the
 bundle and renders. A doc block is the text between `<!-- bundle:NAME -->` and
 `<!-- /bundle:NAME -->`; `tests/test_docs.py` fails when one differs from what `render`
 makes of the bundle.
@@ -33,7 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data"
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 
@@ -144,9 +145,10 @@ def refresh(
     progress: bool = True,
 ) -> None:
     """Make every file of the bundle (see the module docstring), then render the docs."""
-    from figures import build, fig4, fig7, registry, report
+    from figures import build, registry, report
     from figures._common import Context
-    from grokbench import equilibrium, experiment
+    from figures.report import fig4, fig7
+    from grokbench import equilibrium
     from grokbench.store import Store
 
     work.mkdir(parents=True, exist_ok=True)
@@ -172,7 +174,7 @@ def refresh(
     }
     ctx = Context(quick=True, out=quick_out, store=Store(quick_store), progress=False)
     names = (*registry.figure_of(), *registry.run_only())
-    quick_runs = {n: _summaries(ctx.runs(n, train=False) or []) for n in names}
+    quick_runs = {n: _summaries(ctx.stored(n) or []) for n in names}
     from grokbench import cliffs
 
     _write(
@@ -190,10 +192,9 @@ def refresh(
     full = Context(quick=False, out=full_out, store=store, progress=progress)
     timing = {}
     for name in full_recipes:
-        configs = full.configs(name)
         load, start = _load(), time.perf_counter()
         if train:
-            experiment.run_configs(configs, store, progress=progress)
+            build.train_recipe(full, name)
         timing[name] = {"command": f"grokbench run {name}"}  # the same cached path
         if train:
             timing[name] |= {
@@ -202,7 +203,7 @@ def refresh(
             }
     entries["full"] = timing
     full = Context(quick=False, out=full_out, store=store, progress=False)
-    runs = {n: full.runs(n, train=False) for n in names}
+    runs = {n: full.stored(n) for n in names}
     fig4_runs = runs.get("fig4") or []
     fig7_runs = runs.get("fig7") or []
     _write(
@@ -269,7 +270,7 @@ def blocks(text: str) -> list[tuple[str, int, int]]:
 
 def rendered(text: str, bundle: dict[str, Any]) -> str:
     """`text` with every bundle block replaced by its rendering from `bundle`."""
-    from figures import bundle_docs
+    from figures.report import bundle_docs
 
     pieces, pos = [], 0
     for name, start, end in blocks(text):
@@ -310,7 +311,7 @@ def check(paths: Sequence[pathlib.Path] = DOCS) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m figures.bundle", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m figures.report.bundle", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("refresh", help="remake docs/data, then render the docs")
     make.add_argument("--quick-store", type=pathlib.Path, default=pathlib.Path("results"))

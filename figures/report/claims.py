@@ -1,6 +1,6 @@
 """What every figure's `claims(evidence)` shares: the row, the evidence, and one verdict rule.
 
-A claim's row says what the paper states (`figures.paper`), what we measured, the
+A claim's row says what the paper states (`figures.report.paper`), what we measured, the
 tolerance, and a status:
 
 - `holds` / `fails`: measured on this build's runs;
@@ -8,9 +8,9 @@ tolerance, and a status:
   no verdict without data: a claim whose measurement is missing (an empty list of runs, a
   run that lacks a value) is `not tested`, never `holds`.
 
-Each figure module builds its rows with `claim_row`, from data or without it, so a claim that
-cannot be tested appears exactly as it does when tested, only with its reason. Nothing here
-trains: `Evidence` holds what the store already has.
+Each figure's claims module (`figures.report.figN`) builds its rows with `claim_row`, from
+data or without it, so a claim that cannot be tested appears exactly as it does when tested,
+only with its reason. Nothing here trains: `Evidence` holds what the store already has.
 
 A verdict names the criteria that decided it. A row with one test has the one criterion
 `TOLERANCE` (its stated tolerance); a row whose tolerance joins several tests ("> 0 on every
@@ -94,7 +94,7 @@ class Evidence:
 
     def why(self, recipe: str, full: bool = False) -> str:
         """Why `runs(recipe, full)` may be empty, with the command that makes the runs."""
-        from figures import registry  # it imports the figure modules, which import this one
+        from figures import registry  # it imports the claims modules, which import this one
 
         if recipe in registry.run_only():
             quick = " --quick" if self.scale == "quick" and not full else ""

@@ -35,7 +35,7 @@ decided from the text:
 
 Prieto et al.'s ⊥Grad claim (`ORTHOGRAD`, "Grokking at the edge of numerical stability") is
 quoted from their abstract, stated without a number and tested as worded; its row is in
-figures/progress.py.
+figures/report/progress.py.
 
 The Quantizable Transformers numbers are from its Table 2 (BERT-base ~ our encoder,
 OPT-125m ~ our decoder), Tables 5, 6 and 10; the text's claims (Sec. 5.4: "reduce outlier
@@ -331,7 +331,7 @@ ORTHOGRAD = Number(
     "reaches >= 99 % test accuracy at some evaluation ('generalization') at an earlier step "
     "than the same seed without ⊥Grad ('quick'; a run that never reaches it counts as never)",
 )
-"""Prieto et al.'s ⊥Grad claim as their abstract words it (figures/progress.py). Until
+"""Prieto et al.'s ⊥Grad claim as their abstract words it (figures/report/progress.py). Until
 2026-12-04 the row tested 'groks without weight decay within the recipe's 10,000 steps', our
 wording, which merged this sentence with the abstract's StableMax one (issue 43)."""
 

@@ -2,8 +2,9 @@
 
 The rows read `Evidence.quant`: the table `grokbench.quant.run_quant` writes (its rows per
 family and variant), and in the full build its `"ablations"` (`grokbench.quant.run_ablations`,
-the sweeps `figures.quant` stores as `ABLATIONS_FILE`). The numbers and tolerances are
-`figures.paper`'s; a claim whose row or sweep point is missing is `not tested` with the reason.
+the sweeps the build stores as `ABLATIONS_FILE`, `figures.build`). The numbers and
+tolerances are `figures.report.paper`'s; a claim whose row or sweep point is missing is
+`not tested` with the reason.
 Claim names are fixed strings (never a table's label), so a row is the same with or without
 data. The drawing of the lab's figures is `figures.quant`'s.
 """
@@ -13,25 +14,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from figures import paper
-from figures.claims import Evidence, Row, claim_row
+from figures._common import ABLATIONS_FILE, CONSTANT_LR_FILE
+from figures.registry import Claims
+from figures.report import paper
+from figures.report.claims import Evidence, Row, claim_row
 from grokbench.quant.recipes import TRANSFER_SEQ_LENS
 
 __all__ = [
     "ABLATIONS_BY_AXIS",
     "ABLATIONS_FILE",
     "ABLATION_CLAIMS",
+    "CLAIMS",
     "CONSTANT_LR_FILE",
     "CONSTANT_LR_SUFFIX",
     "claims",
 ]
-
-ABLATIONS_FILE = "quant_ablations.json"
-"""The full build's ablation sweeps: {"vanilla": table, AXIS: table} (`run_ablations`)."""
-
-CONSTANT_LR_FILE = "quant_constant_lr.json"
-"""The full build's `quant-constant-lr` table (`grokbench.quant.recipes.CONSTANT_LR`): the
-encoder recipe at a constant lr, read as `Evidence.quant["constant_lr"]`."""
 
 CONSTANT_LR_SUFFIX = " (constant lr, Gu et al.'s setting)"
 """Appended to the Table 2 encoder claims read on the constant-lr table."""
@@ -725,3 +722,6 @@ def _constant_lr_rows(table) -> list[Row]:
         return f"no {family} {variant} row in {CONSTANT_LR_FILE}"
 
     return _table2_rows(by, why_missing, families=("encoder",), suffix=CONSTANT_LR_SUFFIX)
+
+
+CLAIMS = Claims(figure="quant", claims=claims)
