@@ -115,3 +115,123 @@ def test_a_harness_module_importing_figures_is_caught():
 @pytest.mark.parametrize("package", PACKAGES)
 def test_modules_were_found(package):
     assert any(name.startswith(package) for name in _modules())
+
+
+# --- figures: the figure scripts draw, the report (figures/report/) claims, the build trains ---
+
+FIGURES = ROOT / "figures"
+TRAINS = ("figures/build.py",)
+"""The one module of `figures` outside the report that trains: the build, before drawing."""
+
+TRAINING_MODULES = {"grokbench.engine", "grokbench.experiment", "grokbench.distill"}
+"""Modules whose import means training (`grokbench.quant.train` too: any `*.train`)."""
+
+TRAINING_CALLS = {"run_configs", "run_quant", "run_ablations", "run_tap_costs", "run_students"}
+"""Functions that train what the store lacks (the harness's and the quant lab's)."""
+
+CLAIM_CALLS = {"claim_row", "spikes_row", "Row", "Claims"}
+"""What builds a claim's row or declares a figure's claims."""
+
+
+def _figures_modules() -> dict[str, ast.Module]:
+    """'figures/...py' -> syntax tree of every module of `figures`, the report's included."""
+    return {
+        path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(), str(path))
+        for path in sorted(FIGURES.rglob("*.py"))
+    }
+
+
+def _figure_scripts() -> set[str]:
+    """The figure scripts: the public modules of `figures` (but the registry and the build)."""
+    return {p.stem for p in FIGURES.glob("*.py") if not p.stem.startswith("_")} - {
+        "registry",
+        "build",
+    }
+
+
+def _targets(tree: ast.Module) -> list[str]:
+    """Every module an import names, then `module.name` for a name imported from one."""
+    found = [[m] if n is None else [m, f"{m}.{n}"] for m, n in _imports(tree)]
+    return list(dict.fromkeys(t for pair in found for t in pair))
+
+
+def _called(tree: ast.Module) -> set[str]:
+    """The names of every function called (`f(...)`, `x.f(...)`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
+    return names
+
+
+def _layering(modules: dict[str, ast.Module]) -> list[str]:
+    """'PATH: what' for each module of `figures` that breaks the split: outside
+    figures/report/, a module that claims (imports the report, builds a row, declares
+    CLAIMS) or trains (imports or calls a training function; the build, which writes the
+    report too, may train and import it); inside it, a module that imports a figure script
+    (the registry links figures and claims)."""
+    scripts = {f"figures.{name}" for name in _figure_scripts()}
+    bad = []
+    for path, tree in modules.items():
+        targets = _targets(tree)
+        if path.startswith("figures/report/"):
+            bad += [f"{path}: imports the figure script {t}" for t in targets if t in scripts]
+            continue
+        if path not in TRAINS:
+            trains = [
+                t
+                for t in targets
+                if t in TRAINING_MODULES
+                or t.endswith(".train")
+                or t.split(".")[-1] in TRAINING_CALLS
+            ]
+            trains += sorted(_called(tree) & TRAINING_CALLS)
+            bad += [f"{path}: trains ({t})" for t in dict.fromkeys(trains)]
+            bad += [
+                f"{path}: claims (imports {t})"
+                for t in targets
+                if t == "figures.report" or t.startswith("figures.report.")
+            ]
+        bad += [f"{path}: claims ({name}(...))" for name in sorted(_called(tree) & CLAIM_CALLS)]
+        assigned = {
+            t.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
+        bad += [f"{path}: claims (declares CLAIMS)"] if "CLAIMS" in assigned else []
+    return bad
+
+
+def test_figures_draw_the_report_claims_and_only_the_build_trains():
+    modules = _figures_modules()
+    assert "figures/report/fig2.py" in modules and "figures/fig2.py" in modules
+    assert not _layering(modules), _layering(modules)
+
+
+def test_a_figure_that_claims_or_trains_is_caught():
+    script = ast.parse(
+        "from grokbench import experiment\n"
+        "from figures.report.claims import claim_row\n"
+        "def draw(ctx):\n"
+        "    experiment.run_configs([], ctx.store)\n"
+        "    return [claim_row(claim='c', source='', paper='', tolerance='', ours='', ok=None)]\n"
+        "CLAIMS = None\n"
+    )
+    report = ast.parse("from figures import fig2\nfrom figures._common import select\n")
+    found = _layering({"figures/fig9.py": script, "figures/report/fig9.py": report})
+    assert found == [
+        "figures/fig9.py: trains (grokbench.experiment)",
+        "figures/fig9.py: trains (run_configs)",
+        "figures/fig9.py: claims (imports figures.report.claims)",
+        "figures/fig9.py: claims (imports figures.report.claims.claim_row)",
+        "figures/fig9.py: claims (claim_row(...))",
+        "figures/fig9.py: claims (declares CLAIMS)",
+        "figures/report/fig9.py: imports the figure script figures.fig2",
+    ]
+    # The build trains, and only the build.
+    assert _layering({"figures/build.py": script})[:1] == [
+        "figures/build.py: claims (claim_row(...))"
+    ]
