@@ -21,25 +21,12 @@ import optax
 
 from numerics import standard, testing
 
-__all__ = [
-    "KIND_CALLS",
-    "LINEAR_SPEED_D",
-    "PAIR_KINDS",
-    "SINK_KINDS",
-    "SPEED_SHAPE",
-    "AuditRow",
-    "audit",
-    "format_dtype",
-    "infer_kind",
-    "load",
-    "reference",
-    "run",
-]
+__all__ = ["KIND_CALLS", "SPEED_SHAPE", "AuditRow", "audit", "run"]
 
-PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
+_PAIR_KINDS = ("soft-target", "kl", "reverse-kl", "js")
 """The kinds called as fn(student_logits, teacher_logits)."""
 
-SINK_KINDS = ("sink-softmax", "sink-log_softmax")
+_SINK_KINDS = ("sink-softmax", "sink-log_softmax")
 """The kinds called as fn(x, sink=s), s one sink logit per row."""
 
 SPEED_SHAPE = (512, 8192)
@@ -73,11 +60,11 @@ class AuditRow:
     result: testing.CheckResult  # what numerics.testing measured
     seconds: float  # wall time of the check (compilation included)
     ms: float  # median ms of value and gradient of the audited function on SPEED_SHAPE
-    reference_ms: float  # the same for `reference(kind)`
+    reference_ms: float  # the same for `_reference(kind)`
     reference: str  # what the reference is
 
 
-def load(spec: str) -> Callable:
+def _load(spec: str) -> Callable:
     """The callable named by 'MODULE:FUNCTION' ('pkg.mod:Class.method' works too).
 
     The current directory is searched first, as `python -m` does. Raises ValueError
@@ -108,7 +95,7 @@ def load(spec: str) -> Callable:
     return obj
 
 
-def infer_kind(spec: str) -> str:
+def _infer_kind(spec: str) -> str:
     """The kind a function's name suggests: log_softmax, softmax, soft-target, linear-ce,
     z-loss, soft-cap, label-smoothing, kl, reverse-kl, js, sink-softmax, sink-log_softmax,
     else ce."""
@@ -163,7 +150,7 @@ def _optax_on_logits(hidden, labels, weight):
     return optax.softmax_cross_entropy_with_integer_labels(hidden @ weight, labels)
 
 
-def reference(kind: str) -> tuple[str, Callable]:
+def _reference(kind: str) -> tuple[str, Callable]:
     """(name, function): optax's (or jax.nn's, which optax has none of) function of `kind`;
     for the options, which optax lacks, `numerics.standard.cross_entropy` with the option
     (the peers' formula); for linear-ce, optax on the materialized logits; for js,
@@ -189,31 +176,31 @@ def reference(kind: str) -> tuple[str, Callable]:
     }[kind]
 
 
-LINEAR_SPEED_D = 256
+_LINEAR_SPEED_D = 256
 """Hidden size of the linear-ce speed comparison: hidden (rows, D), weight (D, K)."""
 
 
 def _speed(fn: Callable, ref: Callable, kind: str, dtype: np.dtype, reps: int = 7):
     """Median ms of value and gradient of `fn` and of `ref` on SPEED_SHAPE, interleaved
-    (linear-ce: hidden (rows, LINEAR_SPEED_D) and weight (LINEAR_SPEED_D, K), the
+    (linear-ce: hidden (rows, _LINEAR_SPEED_D) and weight (_LINEAR_SPEED_D, K), the
     gradient with respect to hidden)."""
     key_x, key_o = jax.random.split(jax.random.key(0))
     x = (3 * jax.random.normal(key_x, SPEED_SHAPE, jnp.float32)).astype(dtype)
     labels = jax.random.randint(key_o, SPEED_SHAPE[:1], 0, SPEED_SHAPE[1])
-    if kind in PAIR_KINDS:  # a teacher near the student
+    if kind in _PAIR_KINDS:  # a teacher near the student
         other = x + (0.1 * jax.random.normal(key_o, SPEED_SHAPE)).astype(dtype)
     else:  # softmax: a cotangent
         other = jax.random.normal(key_o, SPEED_SHAPE).astype(dtype)
-    losses = ("ce", *PAIR_KINDS, *testing.OPTIONS, "log-prob")
+    losses = ("ce", *_PAIR_KINDS, *testing.OPTIONS, "log-prob")
     if kind in ("ce", "log-prob", *testing.OPTIONS):
         other = labels
-    if kind in SINK_KINDS:  # the last column is the sink: (rows, K - 1) outputs
+    if kind in _SINK_KINDS:  # the last column is the sink: (rows, K - 1) outputs
         fn, ref = _with_sink(fn), _with_sink(ref)
         other = other[:, :-1]
     if kind == "linear-ce":
-        shape = (LINEAR_SPEED_D, SPEED_SHAPE[1])
-        weight = (jax.random.normal(key_o, shape) / LINEAR_SPEED_D**0.5).astype(dtype)
-        x = x[:, :LINEAR_SPEED_D]
+        shape = (_LINEAR_SPEED_D, SPEED_SHAPE[1])
+        weight = (jax.random.normal(key_o, shape) / _LINEAR_SPEED_D**0.5).astype(dtype)
+        x = x[:, :_LINEAR_SPEED_D]
         other = labels
         fn = functools.partial(_with_weight, fn, weight)
         ref = functools.partial(_with_weight_last, ref, weight)
@@ -263,12 +250,12 @@ def audit(
     **check: object,
 ) -> AuditRow:
     """Check `fn` as `kind` in `dtype` (numerics.testing; `check` goes to the check, e.g.
-    `reference=`) and time it against `reference(kind)`."""
+    `reference=`) and time it against `_reference(kind)`."""
     dtype = testing.as_dtype(dtype)
     start = time.perf_counter()
     result = testing.CHECKS[kind](fn, dtype, max_ulps=max_ulps, quick=quick, **check)
     seconds = time.perf_counter() - start
-    name, ref = reference(kind)
+    name, ref = _reference(kind)
     with jax.enable_x64(dtype == np.float64):
         ms, ref_ms = _speed(fn, ref, kind, dtype)
     return AuditRow(result, seconds, ms, ref_ms, name)
@@ -280,7 +267,7 @@ def _margin(value: float | None, cliff: float, never: str) -> str:
     return f"m = {value:.8g}   (cliff {cliff:.8g})"
 
 
-def format_dtype(row: AuditRow) -> str:
+def _format_dtype(row: AuditRow) -> str:
     """One dtype's table: errors, cliffs, sums, edge cases, speed and the verdict."""
     r = row.result
     hard_label = ("ce", "linear-ce", "log-prob", *testing.OPTIONS)
@@ -296,7 +283,7 @@ def format_dtype(row: AuditRow) -> str:
         ("gradient error", f"{r.grad_ulps:.3g} ulps (bound {r.grad_bound:.3g}) at {r.grad_at}"),
     ]
     never = "never (until exp(-m) underflows)"
-    if r.kind not in PAIR_KINDS:
+    if r.kind not in _PAIR_KINDS:
         lines.append((f"{target} = 0 from", _margin(r.grad_dies_at, r.cliff, never)))
     if value_zero:
         lines.append((f"{value_zero} = 0 from", _margin(r.value_zero_at, r.cliff, never)))
@@ -342,8 +329,8 @@ def run(
 
     if max_ulps is not None and not max_ulps > 0:
         raise ConfigError(f"--max-ulps must be > 0; got {max_ulps}")
-    fn = load(spec)
-    kind = kind or infer_kind(spec)
+    fn = _load(spec)
+    kind = kind or _infer_kind(spec)
     print(f"grokbench audit {spec} as {kind} ({KIND_CALLS[kind]}), bounds: ", end="")
     model = "numerics.testing.ULPS"
     if kind == "entropy":
@@ -357,7 +344,7 @@ def run(
             if is_float16_link_error(err):
                 raise ConfigError(f"{FLOAT16_UNSUPPORTED} (--dtypes {name})") from None
             raise ConfigError(f"{err} (is --kind {kind} right?)") from None
-        print(f"\n{format_dtype(rows[-1])}", flush=True)
+        print(f"\n{_format_dtype(rows[-1])}", flush=True)
     failures = [line for row in rows for line in row.result.failures]
     if json_path is not None:
         json_path.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2) + "\n")

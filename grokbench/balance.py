@@ -22,7 +22,7 @@ from grokbench.config import RunConfig
 from grokbench.precision import get_precision, precision_scope
 from tasks import compiled_cache
 
-__all__ = ["balance_margin", "balance_terms"]
+__all__ = []  # package-internal: only other harness modules use these names
 
 
 @compiled_cache(maxsize=16)

@@ -16,18 +16,21 @@ import numpy as np
 import numerics
 from numerics import standard
 
-DTYPES = ("bfloat16", "float16", "float32", "float64")
+__all__ = ["DEFAULT_DTYPES", "DTYPES", "measure", "report"]
 
-FLOAT8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+DTYPES = ("bfloat16", "float16", "float32", "float64")
+"""The arithmetic dtypes `measure` takes (NumPy names); the float8 formats follow them."""
+
+_FLOAT8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 """Storage formats: the fixed loss computes in float32 and rounds once to float8; the
 standard one computes as JAX does on CPU, each operation in float16 rounded to float8."""
 
-DEFAULT_DTYPES = DTYPES + FLOAT8_DTYPES
+DEFAULT_DTYPES = DTYPES + _FLOAT8_DTYPES
 """What `grokbench cliffs` measures when given no dtype."""
 
 
 @dataclasses.dataclass(frozen=True)
-class CliffRow:
+class _CliffRow:
     """Where cross-entropy on logits [m, 0] (target 0) breaks in one dtype."""
 
     dtype: str
@@ -66,7 +69,7 @@ def _first_zero_from(fn: Callable, dtype: np.dtype, hi: float) -> float:
     return numerics.first_zero(lambda m: fn(jnp.asarray(m))[0], 0.0, hi, dtype)
 
 
-def measure(dtype_name: str) -> CliffRow:
+def measure(dtype_name: str) -> _CliffRow:
     """Measure one dtype's row (enables x64 only for the duration, when needed)."""
     dtype = np.dtype(dtype_name)
     with jax.enable_x64(dtype == np.float64):
@@ -91,7 +94,7 @@ def measure(dtype_name: str) -> CliffRow:
             np.stack([at_cliff.astype(np.float64), np.zeros(1)], -1), np.zeros(1, int)
         )[0, 0]
     )
-    return CliffRow(
+    return _CliffRow(
         dtype=dtype_name,
         significand_bits=ml_dtypes.finfo(dtype).nmant + 1,
         cliff=cliff,
@@ -103,7 +106,7 @@ def measure(dtype_name: str) -> CliffRow:
     )
 
 
-def format_table(rows: list[CliffRow]) -> str:
+def _format_table(rows: list[_CliffRow]) -> str:
     """Render rows as a fixed-width text table, columns two spaces apart."""
     header = [
         "dtype",
@@ -136,11 +139,11 @@ def format_table(rows: list[CliffRow]) -> str:
         return "  ".join([first.ljust(widths[0]), *padded])
 
     lines = [line(header), "-" * len(line(header)), *(line(c) for c in cells)]
-    notes = [_float8_note(r) for r in rows if r.dtype in FLOAT8_DTYPES]
+    notes = [_float8_note(r) for r in rows if r.dtype in _FLOAT8_DTYPES]
     return "\n".join(lines + ([""] + [n for n in notes if n] if any(notes) else []))
 
 
-def _float8_note(row: CliffRow) -> str:
+def _float8_note(row: _CliffRow) -> str:
     """What a float8 row means: storage, and the standard loss as JAX computes it."""
     never = ""
     if math.isinf(row.standard_grad_zero_from):
@@ -164,7 +167,7 @@ def report(names: Sequence[str], as_json: bool = False) -> str:
     return "\n".join(
         [
             "Cross-entropy on logits [m, 0] with target 0, for every representable m > 0:",
-            format_table(rows),
+            _format_table(rows),
             "\nstd: numerics.standard (as optax); fixed: numerics.cross_entropy. The fixed",
             "target gradient reaches 0 only where exp(-m) itself underflows.",
         ]

@@ -1,7 +1,7 @@
 """The typed run config, its validation, and `key=value` overrides parsed against its types.
 
 One `RunConfig` is one training run (one seed). Sweeps are lists of them; runs that differ
-only in `VMAPPED` fields share shapes and are batched into one program by the engine.
+only in `_VMAPPED` fields share shapes and are batched into one program by the engine.
 """
 
 from __future__ import annotations
@@ -34,40 +34,26 @@ from tasks import (
 
 __all__ = [
     "ADDED_FIELDS",
-    "LOSSES",
-    "MODELS",
-    "OPTIMIZERS",
-    "SPLITS",
-    "VMAPPED",
-    "YNN_DOT_MIN_WIDTH",
     "ConfigError",
     "RunConfig",
-    "check_field_types",
-    "config_hash",
     "describe",
     "did_you_mean",
-    "field_types",
     "format_keys",
-    "from_stored",
     "group_key",
     "group_runs",
-    "identity",
-    "override_readers",
     "parse_overrides",
-    "parse_value",
-    "require",
     "xla_options",
 ]
 
-LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
+_LOSSES: tuple[str, ...] = ("fixed", "standard", "stablemax", "zero_sum")
 """Loss variants: numerics.cross_entropy, numerics.standard.cross_entropy, and the baselines.
 A distillation run (teacher_steps > 0) takes fixed or standard: the soft-target CEs of
 `tasks.DISTILL_LOSSES`."""
 
-MODELS: tuple[str, ...] = ("transformer", "mlp")
+_MODELS: tuple[str, ...] = ("transformer", "mlp")
 """The 1-layer transformer (Nanda/Varma) and the 2-layer one-hot MLP (Doshi et al.)."""
 
-OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "laprop")
+_OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "laprop")
 """Optimizers of grokbench.optimizers (adam has no weight decay)."""
 
 ADDED_FIELDS: tuple[str, ...] = (
@@ -90,12 +76,12 @@ A new field goes here (with a default that reproduces the old behaviour), not in
 per_seed, at version 3): a config stored before the field existed lacks the key and would
 read back with the new default, and only the bump keeps the old run from answering for it."""
 
-SPLITS: tuple[str, ...] = ("fixed", "per_seed")
+_SPLITS: tuple[str, ...] = ("fixed", "per_seed")
 """How a run's train/test split is drawn: 'fixed' from `split_seed` for every run seed, or
 'per_seed' from the run's own seed (a new split per seed, as Nanda et al.'s and Prieto et
 al.'s trainers draw it)."""
 
-VMAPPED: tuple[str, ...] = ("seed", "lr", "b1", "b2", "eps", "weight_decay")
+_VMAPPED: tuple[str, ...] = ("seed", "lr", "b1", "b2", "eps", "weight_decay")
 """Fields that only change numbers, not shapes: runs differing only in these are batched."""
 
 
@@ -151,11 +137,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         _check_choice("task", self.task, OPERATIONS)
-        _check_choice("model", self.model, MODELS)
-        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _check_choice("loss", self.loss, LOSSES)
+        _check_choice("model", self.model, _MODELS)
+        _check_choice("optimizer", self.optimizer, _OPTIMIZERS)
+        _check_choice("loss", self.loss, _LOSSES)
         _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("split", self.split, SPLITS)
+        _check_choice("split", self.split, _SPLITS)
         _check_choice("init", self.init, INITS)
         _check_choice("mlp_init", self.mlp_init, MLP_INITS)
         _check_choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
@@ -352,7 +338,7 @@ def check_field_types(cfg: Any) -> None:
             object.__setattr__(cfg, name, float(value))
 
 
-def parse_value(key: str, text: str, types_: Mapping[str, Any] | None = None) -> Any:
+def _parse_value(key: str, text: str, types_: Mapping[str, Any] | None = None) -> Any:
     """Parse one override value against the type of field `key` (ConfigError if it fails).
 
     `types_` maps field names to annotations: `field_types()` (RunConfig's) unless given.
@@ -418,7 +404,7 @@ def identity(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.to_dict().items() if not (k in ADDED_FIELDS and v == defaults[k])}
 
 
-YNN_DOT_MIN_WIDTH = 128
+_YNN_DOT_MIN_WIDTH = 128
 """Transformers at least this wide compile with YNNPACK on the dots only (`xla_options`)."""
 
 
@@ -429,12 +415,12 @@ def xla_options(cfg: RunConfig) -> dict[str, str]:
     one YNNPACK fusion. Keeping YNNPACK for the dots alone (`individual_dot`) runs Nanda et
     al.'s width-128 model ~1.3x faster end to end, but slows a vmapped batch of the width-64
     model (docs/studies/training-step-speed.md). So transformers of width >=
-    `YNN_DOT_MIN_WIDTH` take it and every other model keeps XLA's default. The option moves
+    `_YNN_DOT_MIN_WIDTH` take it and every other model keeps XLA's default. The option moves
     a run's last bits: when set it is part of the run's hash (`config_hash`), so runs stored
     before it are not reused. The engine passes them to XLA on the CPU backend only
     (`engine.compiler_options`).
     """
-    if cfg.model == "transformer" and cfg.d_model >= YNN_DOT_MIN_WIDTH:
+    if cfg.model == "transformer" and cfg.d_model >= _YNN_DOT_MIN_WIDTH:
         return {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
     return {}
 
@@ -451,8 +437,8 @@ def config_hash(cfg: RunConfig) -> str:
 
 
 def group_key(cfg: RunConfig) -> tuple:
-    """Everything but the `VMAPPED` fields: runs with equal keys share one batched program."""
-    return tuple((k, v) for k, v in sorted(cfg.to_dict().items()) if k not in VMAPPED)
+    """Everything but the `_VMAPPED` fields: runs with equal keys share one batched program."""
+    return tuple((k, v) for k, v in sorted(cfg.to_dict().items()) if k not in _VMAPPED)
 
 
 def group_runs(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:

@@ -2,9 +2,9 @@
 
 Every training loop (`grokbench.experiment`, `grokbench.distill`) draws the same kind of
 bar (`bar`): one per call, counting run-steps (steps times runs), described as
-"N runs in M programs". `Forecast` watches that count and, once the first chunks have
+"N runs in M programs". `_Forecast` watches that count and, once the first chunks have
 given a measured speed, says how long the whole planned work will take when that is more
-than `LONG` seconds, so a huge run never starts silently (the bar may be off).
+than `_LONG` seconds, so a huge run never starts silently (the bar may be off).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import tqdm
 
-__all__ = ["LONG", "Forecast", "advance", "bar", "duration", "plural"]
+__all__ = ["duration", "plural"]
 
-LONG = 180.0
-"""Seconds of planned work from which `Forecast` speaks: a few minutes."""
+_LONG = 180.0
+"""Seconds of planned work from which `_Forecast` speaks: a few minutes."""
 
 
 def plural(n: int, word: str) -> str:
@@ -44,12 +44,12 @@ def advance(progress_bar: tqdm.tqdm, runs: int) -> Callable[[int], None]:
     return on_chunk
 
 
-class Forecast:
+class _Forecast:
     """Counts run-steps done of `total`; says once how long the rest takes, if long.
 
     The first `update` (a chunk that may include compilation) starts the clock; the speed
     from there to the second `update` gives the estimate, which `write` (default: above
-    any bar, on stderr) prints when it exceeds `threshold` seconds (default: `LONG`). `plan`
+    any bar, on stderr) prints when it exceeds `threshold` seconds (default: `_LONG`). `plan`
     describes the work ("2 runs in 1 program").
     """
 
@@ -62,7 +62,7 @@ class Forecast:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.total, self.plan = total, plan
-        self.threshold = LONG if threshold is None else threshold
+        self.threshold = _LONG if threshold is None else threshold
         self.write = write or (lambda text: tqdm.tqdm.write(text, file=sys.stderr))
         self.clock = clock
         self.done = 0
@@ -90,9 +90,9 @@ class Forecast:
 
 
 class _Bar(tqdm.tqdm):
-    """A tqdm bar that also feeds its `Forecast`, shown or not."""
+    """A tqdm bar that also feeds its `_Forecast`, shown or not."""
 
-    def __init__(self, *args: Any, forecast: Forecast, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, forecast: _Forecast, **kwargs: Any) -> None:
         self.forecast = forecast
         super().__init__(*args, **kwargs)
 
@@ -103,12 +103,12 @@ class _Bar(tqdm.tqdm):
 
 def bar(total: int, desc: str, progress: bool) -> tqdm.tqdm:
     """The run-step progress bar every training loop shows (hidden if off or empty), with a
-    `Forecast` of the work it counts, which speaks even when the bar is hidden."""
+    `_Forecast` of the work it counts, which speaks even when the bar is hidden."""
     return _Bar(
         total=total,
         unit="run-step",
         unit_scale=True,
         desc=desc,
         disable=not progress or not total,
-        forecast=Forecast(total, desc),
+        forecast=_Forecast(total, desc),
     )

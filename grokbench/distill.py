@@ -75,16 +75,9 @@ from grokbench.summary import summarize
 from grokbench.tables import summary_table
 from tasks import DISTILL_OBJECTIVES, compiled_cache, kl_divergence
 
-__all__ = [
-    "DISTILL_METRICS",
-    "format_table",
-    "run_students",
-    "teacher_config",
-    "train",
-    "train_teachers",
-]
+__all__ = ["teacher_config"]
 
-DISTILL_METRICS: tuple[str, ...] = (
+_DISTILL_METRICS: tuple[str, ...] = (
     "train_loss",
     "kl",
     "logit_grad_max",
@@ -230,7 +223,7 @@ def _compiled(static: RunConfig, fast: bool) -> tuple[Callable, Callable]:
     return init, chunk
 
 
-def train(
+def _train(
     configs: Sequence[RunConfig],
     teachers: Sequence[Mapping[str, np.ndarray]],
     *,
@@ -281,7 +274,7 @@ def train(
     return outputs
 
 
-def train_teachers(
+def _train_teachers(
     configs: Sequence[RunConfig],
     store: Store,
     *,
@@ -325,7 +318,7 @@ def run_students(
     if not configs:
         return {}
     kw = {"progress": progress, "chunk_steps": chunk_steps, "fast": fast}
-    teachers = train_teachers([teacher_config(c) for c in configs], store, **kw)
+    teachers = _train_teachers([teacher_config(c) for c in configs], store, **kw)
     groups = group_runs(list(dict.fromkeys(configs)))
     summaries = {}
     n_runs = sum(len(group) for group in groups)
@@ -333,7 +326,7 @@ def run_students(
     total = sum(cfg.steps for group in groups for cfg in group)
     with console.bar(total, desc, progress) as bar:
         for group in groups:
-            outputs = train(
+            outputs = _train(
                 group,
                 [teachers[teacher_config(c)] for c in group],
                 chunk_steps=chunk_steps,

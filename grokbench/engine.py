@@ -34,33 +34,9 @@ from grokbench.optimizers import Hyper, apply, orthograd, scale_by_direction
 from grokbench.precision import Precision, get_precision, precision_scope
 from tasks import build_model, clear_compiled_caches, compiled_cache, modular_split
 
-__all__ = [
-    "LOSS_FUNCTIONS",
-    "Data",
-    "Prepared",
-    "RunOutput",
-    "build_forward",
-    "check_batch",
-    "chunk_evals",
-    "clear_compiled",
-    "compiler_options",
-    "data_axis",
-    "direction_tx",
-    "load_batch_data",
-    "load_data",
-    "prepare",
-    "program_text",
-    "shard_batch",
-    "shard_runs",
-    "stack_hyper",
-    "static_config",
-    "step_flops",
-    "stream_chunks",
-    "train",
-    "warmup",
-]
+__all__ = ["clear_compiled", "prepare", "step_flops", "train"]
 
-LOSS_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
+_LOSS_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
     "fixed": numerics.cross_entropy,
     "standard": numerics.standard.cross_entropy,
     "stablemax": numerics.stablemax_cross_entropy,
@@ -117,7 +93,7 @@ def shard_batch(runs: Any, data: Data, axis: int | None) -> tuple[Any, Data]:
     return runs, data
 
 
-def warmup(lr: jax.Array, count: jax.Array, warmup_steps: int) -> jax.Array:
+def _warmup(lr: jax.Array, count: jax.Array, warmup_steps: int) -> jax.Array:
     """`lr` x min(count / warmup_steps, 1) at the update after `count` updates (Nanda et al.'s
     `LambdaLR(min(step / 10, 1))`: the first update runs at lr 0); `lr` itself when 0."""
     if not warmup_steps:
@@ -177,7 +153,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
     """Per-run functions: init_one(seed, h) -> state; train_step(state, h, data) -> state,
     metrics; chunk_one(state, h, data, n_blocks) -> state, (step metrics, test metrics)."""
     model, forward = build_forward(cfg, policy, fast)
-    objective = LOSS_FUNCTIONS[cfg.loss]
+    objective = _LOSS_FUNCTIONS[cfg.loss]
     # With `eq_output` the loss sees all p + 1 logits; accuracy and margins, as Nanda et
     # al.'s metrics, the p residues only.
     residues = (lambda z: z[:, : cfg.p]) if cfg.eq_output else (lambda z: z)
@@ -200,7 +176,7 @@ def _build(cfg: RunConfig, policy: Precision, fast: bool) -> tuple[Callable, Cal
             grads,
             opt_state,
             params,
-            learning_rate=warmup(
+            learning_rate=_warmup(
                 h.lr, optax.tree_utils.tree_get(opt_state, "count"), cfg.warmup_steps
             ),
             weight_decay=h.weight_decay,
@@ -248,7 +224,7 @@ def check_batch(configs: Sequence[RunConfig]) -> RunConfig:
     return first
 
 
-class Prepared(NamedTuple):
+class _Prepared(NamedTuple):
     """A batch ready to run: initial state, per-run hyperparameters, data, the jitted chunk."""
 
     state: tuple
@@ -262,7 +238,7 @@ class Prepared(NamedTuple):
 
 def prepare(
     configs: Sequence[RunConfig], chunk_steps: int = 1000, fast: bool = True, shard: bool = True
-) -> Prepared:
+) -> _Prepared:
     """Build and initialize a batch; call inside `precision_scope(configs[0].precision)`."""
     cfg = check_batch(configs)
     n_runs = len(configs)
@@ -276,7 +252,7 @@ def prepare(
         # replicated, and run_chunk returns it sharded: without this the second chunk would
         # recompile the whole program, single-threaded, a second time.
         state, _ = shard_runs(state)
-    return Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
+    return _Prepared(state, hyper, data, run_chunk, n_blocks, n_evals // n_blocks, n_runs)
 
 
 def _inputs(configs: Sequence[RunConfig], shard: bool) -> tuple[jax.Array, Hyper, Data]:
@@ -293,7 +269,7 @@ def _inputs(configs: Sequence[RunConfig], shard: bool) -> tuple[jax.Array, Hyper
     return seeds, hyper, data
 
 
-def program_text(
+def _program_text(
     configs: Sequence[RunConfig], chunk_steps: int = 1000, fast: bool = True, shard: bool = True
 ) -> str:
     """The StableHLO of the programs that train `configs` (init, then one chunk), as jax

@@ -7,23 +7,23 @@ gradients underflow: the per-example logit gradient of the mean loss is e^-m / N
 flushes to zero (XLA's CPU kernels flush subnormals) once m > -log(tiny) - log(N): 81.2
 for fp32 at N = 480 training examples (`underflow_margin`; the paper measures 81.2).
 
-The plateau rule (`plateau`), on a run's per-step mean training margin (`MARGIN_METRIC`):
+The plateau rule (`_plateau`), on a run's per-step mean training margin (`_MARGIN_METRIC`):
 
-1. The tail is the last PLATEAU_TAIL of the steps (at least PLATEAU_MIN_STEPS; the whole
+1. The tail is the last _PLATEAU_TAIL of the steps (at least _PLATEAU_MIN_STEPS; the whole
    curve if it is shorter).
 2. A least-squares line through the tail gives the margin's trend. The run has plateaued
-   if the trend is at most PLATEAU_DRIFT nats per 1,000 steps, up or down (on fig4 the
+   if the trend is at most _PLATEAU_DRIFT nats per 1,000 steps, up or down (on fig4 the
    margin climbs at ~10 nats per 1,000 steps before it levels off) and the tail is finite.
 3. The plateau value is the mean of the tail; the plateau is reached at the first step
-   from which the margin stays within PLATEAU_BAND nats of that value to the end.
+   from which the margin stays within _PLATEAU_BAND nats of that value to the end.
 
 A run that has not plateaued (still climbing, or a curve that turned non-finite) is
 summarized by its peak: the largest finite margin and the step it was reached
-(`Plateau.stop`, `stop_step`). Fig4's eps = 0 runs peak at the underflow. Before
+(`_Plateau.stop`, `stop_step`). Fig4's eps = 0 runs peak at the underflow. Before
 CONFIG_VERSION 2 they then broke: with LaProp tracking r = sqrt(v) in fp32, a gradient entry
 g in [tiny, tiny / sqrt(1 - b2)) flushes sqrt(1 - b2) |g|, and so r, to zero while g itself
 is not, and g / (r + 0) was inf. LaProp now clips g / r to its exact bound
-(`grokbench.optimizers.scale_by_laprop`); a run that still turns non-finite is `diverged`.
+(`grokbench.optimizers._scale_by_laprop`); a run that still turns non-finite is `diverged`.
 
 The update balance (`balance_terms`, `balance_margin`): why the plateaus sit below
 log(1/eps) by an offset that shrinks as eps falls. Write the fixed CE of one example as
@@ -58,7 +58,7 @@ docs/equilibrium.md compares the two.
 Groups (`group_rows`) are the runs with equal config except the seed (in a fig4 sweep:
 one per eps and weight decay). Their measured value is the mean (and sample std) of the
 plateau values of the runs that plateaued, or else of every run's peak (`measured_from`
-says which). A group agrees with the prediction if it plateaued within AGREEMENT nats of
+says which). A group agrees with the prediction if it plateaued within _AGREEMENT nats of
 log(1/eps). eps = 0 groups have no prediction (None); they are flagged
 `grows_to_underflow` and report where their runs stop (`stop_margin`, `stop_step`:
 the plateau, or else the peak) and the fraction that then diverged.
@@ -75,7 +75,7 @@ from typing import Any
 import numpy as np
 
 import numerics
-from grokbench.balance import balance_margin, balance_terms
+from grokbench.balance import balance_margin
 from grokbench.config import RunConfig, from_stored
 from grokbench.precision import get_precision
 from grokbench.store import atomic_write_json, load_metrics
@@ -83,40 +83,30 @@ from grokbench.sweep import dir_runs
 from grokbench.tables import align, finite_or_none, fmt, varying_keys
 
 __all__ = [
-    "AGREEMENT",
-    "MARGIN_METRIC",
     "OUTPUT_FILE",
-    "PLATEAU_BAND",
-    "PLATEAU_DRIFT",
-    "PLATEAU_MIN_STEPS",
-    "PLATEAU_TAIL",
-    "Plateau",
     "analyze_dir",
-    "balance_margin",
-    "balance_terms",
     "format_table",
     "group_rows",
-    "plateau",
     "run_rows",
     "underflow_margin",
 ]
 
-MARGIN_METRIC = "margin_mean"
+_MARGIN_METRIC = "margin_mean"
 """The curve judged: the mean logit margin over the training set, at every step."""
 
-PLATEAU_TAIL = 0.2
+_PLATEAU_TAIL = 0.2
 """The fraction of the run, at its end, that the rule looks at."""
 
-PLATEAU_MIN_STEPS = 100
+_PLATEAU_MIN_STEPS = 100
 """...but at least this many steps."""
 
-PLATEAU_DRIFT = 0.5
+_PLATEAU_DRIFT = 0.5
 """Largest trend over the tail (nats per 1,000 steps, up or down): 20x below the climb."""
 
-PLATEAU_BAND = 0.5
+_PLATEAU_BAND = 0.5
 """The plateau is reached once the margin stays within this many nats of its value."""
 
-AGREEMENT = 1.0
+_AGREEMENT = 1.0
 """A measured equilibrium within this many nats of log(1/eps) agrees with the prediction."""
 
 OUTPUT_FILE = "equilibrium.json"
@@ -124,12 +114,12 @@ OUTPUT_FILE = "equilibrium.json"
 
 
 @dataclasses.dataclass(frozen=True)
-class Plateau:
+class _Plateau:
     """The rule's verdict on one margin curve."""
 
     plateaued: bool
     value: float  # mean of the tail (the plateau value when plateaued)
-    step: int | None  # first step from which the margin stays within PLATEAU_BAND of value
+    step: int | None  # first step from which the margin stays within _PLATEAU_BAND of value
     drift: float  # trend over the tail, nats per 1,000 steps
     final: float  # the last margin
     peak: float  # the largest finite margin of the run
@@ -138,13 +128,13 @@ class Plateau:
     stop_step: int | None  # the plateau step; else the step of the peak
 
 
-def plateau(
+def _plateau(
     margin: np.ndarray,
-    tail: float = PLATEAU_TAIL,
-    min_steps: int = PLATEAU_MIN_STEPS,
-    drift: float = PLATEAU_DRIFT,
-    band: float = PLATEAU_BAND,
-) -> Plateau:
+    tail: float = _PLATEAU_TAIL,
+    min_steps: int = _PLATEAU_MIN_STEPS,
+    drift: float = _PLATEAU_DRIFT,
+    band: float = _PLATEAU_BAND,
+) -> _Plateau:
     """Apply the module's plateau rule to a per-step margin curve."""
     m = np.asarray(margin, dtype=np.float64)
     if m.size == 0:
@@ -167,7 +157,7 @@ def plateau(
     peak = float(m[peak_step]) if peak_step is not None else math.nan
     diverged = not bool(finite_m.all())
     stop, stop_step = (value, step) if ok else (peak, peak_step)
-    return Plateau(ok, value, step, trend, float(m[-1]), peak, diverged, stop, stop_step)
+    return _Plateau(ok, value, step, trend, float(m[-1]), peak, diverged, stop, stop_step)
 
 
 def underflow_margin(cfg: RunConfig) -> float:
@@ -182,7 +172,7 @@ def run_rows(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]])
     rows = []
     for summary, metrics in runs:
         cfg = from_stored(summary["config"])
-        verdict = plateau(metrics[MARGIN_METRIC])
+        verdict = _plateau(metrics[_MARGIN_METRIC])
         rows.append(
             {
                 "config": cfg.to_dict(),
@@ -248,7 +238,7 @@ def group_rows(rows: Sequence[dict]) -> list[dict]:
                 "deviation_balance": None
                 if measured is None or predicted_balance is None
                 else measured - predicted_balance,
-                "agrees": None if deviation is None or not done else abs(deviation) <= AGREEMENT,
+                "agrees": None if deviation is None or not done else abs(deviation) <= _AGREEMENT,
                 "plateau_step_mean": _mean([r["plateau_step"] for r in done]),
                 "final_mean": _mean([r["final"] for r in members if r["final"] is not None]),
                 "grows_to_underflow": eps_zero,
@@ -320,7 +310,7 @@ def format_table(rows: Sequence[dict]) -> str:
             note = "no plateau: peak shown"
         else:
             side = "overshoots" if r["deviation"] > 0 else "undershoots"
-            note = f"within {AGREEMENT:g}" if r["agrees"] else f"{side} by > {AGREEMENT:g}"
+            note = f"within {_AGREEMENT:g}" if r["agrees"] else f"{side} by > {_AGREEMENT:g}"
         lines.append(
             [
                 format(r["eps"], "g"),

@@ -1,13 +1,13 @@
 """Executors: where the units of a sweep (batches of one shape group) are trained.
 
-A unit is a list of `RunConfig`s that share one compiled program (`experiment.plan_units`).
+A unit is a list of `RunConfig`s that share one compiled program (`experiment._plan_units`).
 An executor trains units and yields each unit's `engine.RunOutput`s as it finishes; the
 caller (`experiment.run_configs`) summarizes and stores them, so only one process ever
 writes the store.
 
 - `LocalExecutor`: one unit after another in this process; the engine shards each unit's
   run axis over every local JAX device (`jax.sharding`, `engine.shard_runs`).
-- `RayExecutor`: every unit is a Ray task, scheduled by Ray over the cluster at
+- `_RayExecutor`: every unit is a Ray task, scheduled by Ray over the cluster at
   `address` (default: a new local Ray instance). Workers get this process's `XLA_FLAGS`
   (so as many host devices as here: the same padding and sharding, the same compiled
   program, and results identical to the local executor's) and must be able to import
@@ -26,15 +26,7 @@ from typing import Protocol
 from grokbench import engine
 from grokbench.config import ConfigError, RunConfig
 
-__all__ = [
-    "EXECUTORS",
-    "Executor",
-    "LocalExecutor",
-    "RayExecutor",
-    "from_options",
-    "ray_available",
-    "ray_errors",
-]
+__all__ = ["EXECUTORS", "from_options", "ray_errors"]
 
 EXECUTORS: tuple[str, ...] = ("local", "ray")
 """Executor names of `grokbench sweep --executor`."""
@@ -91,7 +83,7 @@ def _train_unit(unit: _Unit, chunk_steps: int, fast: bool) -> list[engine.RunOut
     return engine.train(list(unit), chunk_steps=chunk_steps, progress=False, fast=fast)
 
 
-def ray_available() -> bool:
+def _ray_available() -> bool:
     """Whether Ray can be imported (it is the optional extra `grokbench[ray]`)."""
     try:
         import ray  # noqa: F401
@@ -100,7 +92,7 @@ def ray_available() -> bool:
     return True
 
 
-class RayExecutor:
+class _RayExecutor:
     """Spread units over a Ray cluster: one task per unit, results gathered as they finish.
 
     `address=None` starts a local Ray instance for the duration of `map` (`num_cpus` caps
@@ -169,11 +161,11 @@ def from_options(name: str, address: str | None) -> Executor | None:
         if address is not None:
             raise ConfigError("--ray-address needs --executor ray")
         return None
-    if not ray_available():
+    if not _ray_available():
         raise ConfigError("--executor ray needs Ray: pip install -e '.[ray]' in your clone")
     if address is not None:
         _check_reachable(address)
-    return RayExecutor(address)
+    return _RayExecutor(address)
 
 
 def _unreachable(address: str, err: object) -> str:
@@ -200,7 +192,7 @@ def ray_errors(executor: Executor | None) -> Iterator[None]:
     try:
         yield
     except ConnectionError as err:
-        if not isinstance(executor, RayExecutor):
+        if not isinstance(executor, _RayExecutor):
             raise
         if executor.address is None:
             raise ConfigError(f"could not start a local Ray instance ({err})") from None

@@ -3,7 +3,7 @@
 A finished run is one whose summary.json and metrics.npz both read back whole
 (`grokbench.summary.load`, which also rebuilds a summary written by an older rule); anything
 else (never started, killed mid-training, a truncated file) is trained again. Training
-happens in units (`plan_units`): batches of one shape group, one compiled program each,
+happens in units (`_plan_units`): batches of one shape group, one compiled program each,
 handed to an executor (`grokbench.executors`: this process, or Ray).
 """
 
@@ -18,10 +18,12 @@ from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json
 from grokbench.tables import summary_table
 
-__all__ = ["format_results", "format_table", "plan_units", "run_configs", "write_out"]
+__all__ = ["format_results", "run_configs", "write_out"]
 
 
-def plan_units(configs: Sequence[RunConfig], max_batch: int | None = None) -> list[list[RunConfig]]:
+def _plan_units(
+    configs: Sequence[RunConfig], max_batch: int | None = None
+) -> list[list[RunConfig]]:
     """Shape groups split into consecutive batches of at most `max_batch` runs (None: whole)."""
     units = []
     for group in group_runs(configs):
@@ -90,7 +92,7 @@ def _train(
     todo = [cfg for cfg in configs if done[cfg] is None]
     units = [
         unit
-        for unit in plan_units(configs if whole_units else todo, max_batch)
+        for unit in _plan_units(configs if whole_units else todo, max_batch)
         if any(done[cfg] is None for cfg in unit)
     ]
     trained = set()
@@ -118,7 +120,7 @@ def write_out(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathlib
     return path
 
 
-def format_table(summaries: Sequence[dict]) -> str:
+def _format_table(summaries: Sequence[dict]) -> str:
     """One line per run: the keys that vary across runs, then the headline numbers."""
     if summaries and all("kl_final" in s for s in summaries):
         return distill.format_table(summaries)  # distillation runs: residual, KL and drift
@@ -139,7 +141,7 @@ def format_results(summaries: Sequence[dict], recipe: str, quick: bool) -> str:
     footnote, and, for a quick run, what it is too short to show."""
     from grokbench import recipes  # it builds configs; this module only runs them
 
-    lines = [format_table(summaries)]
+    lines = [_format_table(summaries)]
     if any(s.get("cached") for s in summaries):
         lines.append("* loaded from the store, not trained now: sec is how long it took to train")
     # The summaries' 99% test accuracy is grokbench.slingshot's grok_step threshold.

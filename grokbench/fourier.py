@@ -68,19 +68,7 @@ from grokbench.metrics import metric_dtype, sum_squares
 from grokbench.tables import finite_or_none
 from tasks import modular_table
 
-__all__ = [
-    "FOURIER_COLUMNS",
-    "FOURIER_TASKS",
-    "KEY_SHARE",
-    "columns",
-    "final_measures",
-    "fourier_basis",
-    "gini",
-    "has_fourier",
-    "key_frequencies",
-    "layer_groups",
-    "measures_fn",
-]
+__all__ = ["KEY_SHARE"]
 
 KEY_SHARE = 0.05
 """A frequency is key when its components carry at least 5 % of the centred logits' squared
@@ -89,7 +77,7 @@ norm (a random table puts ~2 / p^2 = 0.2 % in each at p = 31)."""
 FOURIER_TASKS: dict[str, int] = {"a+b": 1, "a-b": -1}
 """Tasks with Fourier measures, and the sign of b in the components (a + s b)."""
 
-FOURIER_COLUMNS: tuple[str, ...] = (
+_FOURIER_COLUMNS: tuple[str, ...] = (
     "restricted_loss",
     "excluded_loss",
     "gini",
@@ -119,12 +107,12 @@ _LAYERS: dict[str, dict[str, str]] = {
 }
 
 
-def layer_groups(model: str) -> tuple[str, ...]:
+def _layer_groups(model: str) -> tuple[str, ...]:
     """The per-layer weight-norm groups of `model`, in order."""
     return tuple(dict.fromkeys(_LAYERS[model].values()))
 
 
-def has_fourier(cfg: RunConfig) -> bool:
+def _has_fourier(cfg: RunConfig) -> bool:
     """Whether `cfg`'s runs record the Fourier measures (see the module docstring)."""
     return (
         cfg.progress_measures
@@ -138,11 +126,11 @@ def columns(cfg: RunConfig) -> tuple[str, ...]:
     """The progress columns `cfg`'s metrics.npz holds (none when measures are off)."""
     if not cfg.progress_measures or cfg.teacher_steps:
         return ()
-    norms = ("weight_sq", *(f"weight_sq_{g}" for g in layer_groups(cfg.model)))
-    return (*norms, *(FOURIER_COLUMNS if has_fourier(cfg) else ()))
+    norms = ("weight_sq", *(f"weight_sq_{g}" for g in _layer_groups(cfg.model)))
+    return (*norms, *(_FOURIER_COLUMNS if _has_fourier(cfg) else ()))
 
 
-def fourier_basis(p: int) -> np.ndarray:
+def _fourier_basis(p: int) -> np.ndarray:
     """Nanda et al.'s `make_fourier_basis` for odd p: (p, p) float64, orthonormal rows const,
     cos 1, sin 1, ..., cos p//2, sin p//2 over 0..p-1."""
     if p % 2 == 0 or p < 3:
@@ -155,7 +143,7 @@ def fourier_basis(p: int) -> np.ndarray:
     return basis / np.linalg.norm(basis, axis=1, keepdims=True)
 
 
-def gini(x: jax.Array) -> jax.Array:
+def _gini(x: jax.Array) -> jax.Array:
     """The Gini coefficient of non-negative values: sum_i (2i - n - 1) x_(i) / (n sum x), x
     sorted ascending, i = 1..n (0 for equal values, (n - 1) / n for one non-zero)."""
     n = x.shape[-1]
@@ -165,7 +153,7 @@ def gini(x: jax.Array) -> jax.Array:
 
 
 def _weight_norms(params: Mapping[str, jax.Array], model: str, dt: np.dtype) -> dict:
-    groups: dict[str, list] = {g: [] for g in layer_groups(model)}
+    groups: dict[str, list] = {g: [] for g in _layer_groups(model)}
     for name, leaf in params.items():
         groups[_LAYERS[model][name.removesuffix("_scale").removesuffix("_bias")]].append(leaf)
     out = {f"weight_sq_{g}": sum_squares(leaves, dt)[0] for g, leaves in groups.items()}
@@ -180,11 +168,11 @@ def measures_fn(
     the p residues; the training pairs `x_train` select the excluded loss's examples."""
     if not columns(cfg):
         return None
-    if not has_fourier(cfg):
+    if not _has_fourier(cfg):
         return lambda params, _: _weight_norms(params, cfg.model, _dtype(params))
     p, sign = cfg.p, FOURIER_TASKS[cfg.task]
     tokens, labels = modular_table(cfg.modular_task())
-    basis = fourier_basis(p)
+    basis = _fourier_basis(p)
     c, s = basis[1::2], basis[2::2]  # (F, p): cos k, sin k
     root2 = np.sqrt(2.0)
     # The (F, p, p) directions cos(w (a + s b)) and sin(w (a + s b)) over the grid (a, b).
@@ -215,7 +203,7 @@ def measures_fn(
             **_weight_norms(params, cfg.model, dt),
             "restricted_loss": jnp.mean(numerics.cross_entropy(restricted, y_all)),
             "excluded_loss": jnp.mean(numerics.cross_entropy(excluded[train_N], y_all[train_N])),
-            "gini": gini(norms_P),
+            "gini": _gini(norms_P),
             "logit_freq_share": share_F,
             "embed_freq_norm": jnp.sqrt(jnp.square(norms_P[1::2]) + jnp.square(norms_P[2::2])),
         }
@@ -228,7 +216,7 @@ def _dtype(params: Any) -> np.dtype:
     return metric_dtype(np.dtype(jax.tree.leaves(params)[0].dtype))
 
 
-def key_frequencies(share_F: np.ndarray) -> list[int]:
+def _key_frequencies(share_F: np.ndarray) -> list[int]:
     """The key frequencies (1-based) of one evaluation's `logit_freq_share` row."""
     return [int(k) + 1 for k in np.flatnonzero(np.asarray(share_F) >= KEY_SHARE)]
 
@@ -241,7 +229,7 @@ def final_measures(metrics: Mapping[str, np.ndarray]) -> dict:
             ("key_frequencies", "restricted_loss_final", "excluded_loss_final", "gini_final")
         )
     return {
-        "key_frequencies": key_frequencies(metrics["logit_freq_share"][-1]),
+        "key_frequencies": _key_frequencies(metrics["logit_freq_share"][-1]),
         "restricted_loss_final": finite_or_none(metrics["restricted_loss"][-1]),
         "excluded_loss_final": finite_or_none(metrics["excluded_loss"][-1]),
         "gini_final": finite_or_none(metrics["gini"][-1]),

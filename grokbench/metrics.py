@@ -30,15 +30,7 @@ import numpy as np
 
 import numerics
 
-__all__ = [
-    "STEP_METRICS",
-    "TEST_METRICS",
-    "accuracy",
-    "eval_metrics",
-    "metric_dtype",
-    "step_metrics",
-    "sum_squares",
-]
+__all__ = []  # package-internal: only other harness modules use these names
 
 STEP_METRICS: tuple[str, ...] = (
     "train_loss",
@@ -55,7 +47,7 @@ STEP_METRICS: tuple[str, ...] = (
 )
 """Metrics recorded at every step (see the module docstring)."""
 
-TEST_METRICS: tuple[str, ...] = ("test_loss", "test_acc")
+_TEST_METRICS: tuple[str, ...] = ("test_loss", "test_acc")
 """Metrics recorded every `eval_every` steps on the test split."""
 
 
@@ -123,6 +115,6 @@ def step_metrics(
 
 
 def eval_metrics(logits_NxK: jax.Array, loss: jax.Array, labels_N: jax.Array) -> dict:
-    """The `TEST_METRICS`: the objective's mean loss and the accuracy on the test split."""
+    """The `_TEST_METRICS`: the objective's mean loss and the accuracy on the test split."""
     dt = metric_dtype(np.dtype(logits_NxK.dtype))
     return {"test_loss": loss.astype(dt), "test_acc": accuracy(logits_NxK, labels_N, dt)}

@@ -18,7 +18,7 @@ Conventions shared by every transform here:
 - eps = 0 is allowed and means the limit eps -> 0+: a zero numerator gives a zero step
   (0 / (0 + eps) = 0 for every eps > 0) instead of 0/0 = NaN. A non-zero numerator over
   a zero denominator still gives +-inf, as the formula says (Adam; LaProp clips its ratio
-  to the exact bound, `scale_by_laprop`). NaN in gives NaN out.
+  to the exact bound, `_scale_by_laprop`). NaN in gives NaN out.
 """
 
 from __future__ import annotations
@@ -30,23 +30,7 @@ import jax.numpy as jnp
 import optax
 from jax.typing import ArrayLike
 
-__all__ = [
-    "Hyper",
-    "ScaleByAdamState",
-    "ScaleByLaPropState",
-    "adam",
-    "adamw",
-    "add_decayed_weights",
-    "apply",
-    "bias_correction",
-    "laprop",
-    "orthograd",
-    "scale_by_adam",
-    "scale_by_direction",
-    "scale_by_laprop",
-    "scale_by_learning_rate",
-    "update_moment",
-]
+__all__ = ["adam", "adamw", "orthograd"]
 
 
 def _as(h: ArrayLike, like: jax.Array) -> jax.Array:
@@ -74,7 +58,7 @@ def _increment(count: jax.Array) -> jax.Array:
     return jnp.where(count < jnp.iinfo(jnp.int32).max, count + 1, count)
 
 
-def update_moment(
+def _update_moment(
     updates: optax.Updates, moments: optax.Updates, decay: ArrayLike, order: int
 ) -> optax.Updates:
     """The EMA (1 - decay) * g^order + decay * t of each leaf, in its dtype (order 1 or 2).
@@ -87,7 +71,7 @@ def update_moment(
     )
 
 
-def bias_correction(moments: optax.Updates, decay: ArrayLike, count: jax.Array) -> optax.Updates:
+def _bias_correction(moments: optax.Updates, decay: ArrayLike, count: jax.Array) -> optax.Updates:
     """Each leaf over 1 - decay**count (formed in the default float, then cast to its dtype)."""
     correction = _one_minus_pow(decay, count)
     return jax.tree.map(lambda t: t / correction.astype(t.dtype), moments)
@@ -103,7 +87,7 @@ def _init_moments(state: type) -> optax.TransformInitFn:
     return init_fn
 
 
-class ScaleByAdamState(NamedTuple):
+class _ScaleByAdamState(NamedTuple):
     """Adam state: step count (int32), first moment `mu`, second moment `nu`."""
 
     count: jax.Array
@@ -117,20 +101,20 @@ def scale_by_adam(
     """Adam's direction m_hat / (sqrt(v_hat) + eps), dtype-preserving, eps = 0 allowed."""
 
     def update_fn(
-        updates: optax.Updates, state: ScaleByAdamState, params: optax.Params | None = None
-    ) -> tuple[optax.Updates, ScaleByAdamState]:
+        updates: optax.Updates, state: _ScaleByAdamState, params: optax.Params | None = None
+    ) -> tuple[optax.Updates, _ScaleByAdamState]:
         del params
         count = _increment(state.count)
-        mu = update_moment(updates, state.mu, b1, 1)
-        nu = update_moment(updates, state.nu, b2, 2)
-        mu_hat, nu_hat = bias_correction(mu, b1, count), bias_correction(nu, b2, count)
+        mu = _update_moment(updates, state.mu, b1, 1)
+        nu = _update_moment(updates, state.nu, b2, 2)
+        mu_hat, nu_hat = _bias_correction(mu, b1, count), _bias_correction(nu, b2, count)
         out = jax.tree.map(lambda m, v: _safe_div(m, jnp.sqrt(v) + _as(eps, v)), mu_hat, nu_hat)
-        return out, ScaleByAdamState(count, mu, nu)
+        return out, _ScaleByAdamState(count, mu, nu)
 
-    return optax.GradientTransformation(_init_moments(ScaleByAdamState), update_fn)
+    return optax.GradientTransformation(_init_moments(_ScaleByAdamState), update_fn)
 
 
-class ScaleByLaPropState(NamedTuple):
+class _ScaleByLaPropState(NamedTuple):
     """LaProp state: count (int32), momentum `mu` of the normalized gradient, and `nu`.
 
     `nu` holds v (the EMA of g^2), or r = sqrt(v) when the transform tracks sqrt(v).
@@ -172,7 +156,7 @@ def _ratio_bound(b2: ArrayLike, count: jax.Array) -> jax.Array:
     return jnp.sqrt(_one_minus_pow(b2, count) / (1 - jnp.asarray(b2, dt)))
 
 
-def scale_by_laprop(
+def _scale_by_laprop(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.98,
     eps: ArrayLike = 1e-8,
@@ -190,8 +174,8 @@ def scale_by_laprop(
     """
 
     def update_fn(
-        updates: optax.Updates, state: ScaleByLaPropState, params: optax.Params | None = None
-    ) -> tuple[optax.Updates, ScaleByLaPropState]:
+        updates: optax.Updates, state: _ScaleByLaPropState, params: optax.Params | None = None
+    ) -> tuple[optax.Updates, _ScaleByLaPropState]:
         del params
         count = _increment(state.count)
         if track_sqrt_v:
@@ -199,8 +183,8 @@ def scale_by_laprop(
             sqrt_bc2 = jnp.sqrt(_one_minus_pow(b2, count))
             rms = jax.tree.map(lambda r: r / sqrt_bc2.astype(r.dtype), nu)
         else:
-            nu = update_moment(updates, state.nu, b2, 2)
-            rms = jax.tree.map(jnp.sqrt, bias_correction(nu, b2, count))
+            nu = _update_moment(updates, state.nu, b2, 2)
+            rms = jax.tree.map(jnp.sqrt, _bias_correction(nu, b2, count))
         bound = _ratio_bound(b2, count)
         normalized = jax.tree.map(
             lambda g, s: jnp.clip(
@@ -209,10 +193,10 @@ def scale_by_laprop(
             updates,
             rms,
         )
-        mu = update_moment(normalized, state.mu, b1, 1)
-        return bias_correction(mu, b1, count), ScaleByLaPropState(count, mu, nu)
+        mu = _update_moment(normalized, state.mu, b1, 1)
+        return _bias_correction(mu, b1, count), _ScaleByLaPropState(count, mu, nu)
 
-    return optax.GradientTransformation(_init_moments(ScaleByLaPropState), update_fn)
+    return optax.GradientTransformation(_init_moments(_ScaleByLaPropState), update_fn)
 
 
 def add_decayed_weights(weight_decay: ArrayLike) -> optax.GradientTransformation:
@@ -228,7 +212,7 @@ def add_decayed_weights(weight_decay: ArrayLike) -> optax.GradientTransformation
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
-def scale_by_learning_rate(learning_rate: ArrayLike) -> optax.GradientTransformation:
+def _scale_by_learning_rate(learning_rate: ArrayLike) -> optax.GradientTransformation:
     """-learning_rate * updates, in the updates' dtype (a scalar rate, not a schedule)."""
     if callable(learning_rate):
         raise TypeError("learning_rate must be a scalar; schedules are not supported here")
@@ -249,7 +233,7 @@ def adam(
     eps: ArrayLike = 1e-8,  # optax default; equilibrium margin log(1/eps) = 18.4
 ) -> optax.GradientTransformation:
     """Adam: -lr * m_hat / (sqrt(v_hat) + eps); equals `optax.adam` with the same arguments."""
-    return optax.chain(scale_by_adam(b1, b2, eps), scale_by_learning_rate(learning_rate))
+    return optax.chain(scale_by_adam(b1, b2, eps), _scale_by_learning_rate(learning_rate))
 
 
 def adamw(
@@ -263,11 +247,11 @@ def adamw(
     return optax.chain(
         scale_by_adam(b1, b2, eps),
         add_decayed_weights(weight_decay),
-        scale_by_learning_rate(learning_rate),
+        _scale_by_learning_rate(learning_rate),
     )
 
 
-def laprop(
+def _laprop(
     learning_rate: ArrayLike,
     b1: ArrayLike = 0.9,  # the fix paper's fig4 setting (and LaProp's default)
     b2: ArrayLike = 0.98,  # the fix paper's fig4 setting
@@ -277,9 +261,9 @@ def laprop(
 ) -> optax.GradientTransformation:
     """LaProp with decoupled weight decay: -lr * (m_hat + wd * params)."""
     return optax.chain(
-        scale_by_laprop(b1, b2, eps, track_sqrt_v),
+        _scale_by_laprop(b1, b2, eps, track_sqrt_v),
         add_decayed_weights(weight_decay),
-        scale_by_learning_rate(learning_rate),
+        _scale_by_learning_rate(learning_rate),
     )
 
 
@@ -298,7 +282,7 @@ def scale_by_direction(
 ) -> optax.GradientTransformation:
     """The direction transform of `optimizer` ('adam', 'adamw' or 'laprop'), before decay and lr."""
     if optimizer == "laprop":
-        return scale_by_laprop(b1, b2, eps, track_sqrt_v=track_sqrt_v)
+        return _scale_by_laprop(b1, b2, eps, track_sqrt_v=track_sqrt_v)
     if optimizer in ("adam", "adamw"):
         return scale_by_adam(b1, b2, eps)
     raise ValueError(f"unknown optimizer {optimizer!r}")
@@ -345,10 +329,10 @@ def apply(
 ) -> tuple[optax.Params, optax.Updates, optax.OptState]:
     """One step of direction -> + weight_decay * params -> * -learning_rate on `params`.
 
-    The chain of `adamw` and `laprop` (`adam` is weight_decay = 0), unrolled so the caller
+    The chain of `adamw` and `_laprop` (`adam` is weight_decay = 0), unrolled so the caller
     sees the direction itself. Returns (new params, direction, new direction state).
     """
     out, opt_state = direction_tx.update(grads, opt_state, params)
     decayed, _ = add_decayed_weights(weight_decay).update(out, optax.EmptyState(), params)
-    updates, _ = scale_by_learning_rate(learning_rate).update(decayed, optax.EmptyState())
+    updates, _ = _scale_by_learning_rate(learning_rate).update(decayed, optax.EmptyState())
     return optax.apply_updates(params, updates), out, opt_state

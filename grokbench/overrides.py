@@ -21,17 +21,7 @@ from typing import Any
 
 from grokbench.errors import ConfigError
 
-__all__ = [
-    "Reader",
-    "choices",
-    "count",
-    "members",
-    "parse",
-    "read_value",
-    "refused",
-    "split",
-    "typed",
-]
+__all__ = []  # package-internal: only other harness modules use these names
 
 Reader = Callable[[str, str], tuple]
 """(key, the text after `=`) -> the key's values, or a one-line `ConfigError`."""
@@ -64,7 +54,7 @@ def parse(
     out: dict[str, tuple] = {}
     for early in (True, False) if first else (False,):
         for token in tokens:
-            key, text = split(token)
+            key, text = _split(token)
             if first and (key in first) != early:
                 continue
             if key in out:
@@ -76,7 +66,7 @@ def parse(
     return out
 
 
-def split(token: str) -> tuple[str, str]:
+def _split(token: str) -> tuple[str, str]:
     """`key=value` -> (key, value text); ConfigError for no `=` or no key."""
     key, sep, text = token.partition("=")
     key = key.strip()

@@ -25,9 +25,9 @@ import numpy as np
 
 from grokbench.errors import ConfigError
 
-__all__ = ["DTYPES", "FLOAT8", "Precision", "dtype_names", "get_precision", "precision_scope"]
+__all__ = ["dtype_names", "get_precision", "precision_scope"]
 
-DTYPES: dict[str, np.dtype] = {
+_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(jnp.bfloat16),
     "fp16": np.dtype(jnp.float16),
     "fp32": np.dtype(jnp.float32),
@@ -35,10 +35,10 @@ DTYPES: dict[str, np.dtype] = {
 }
 """Short precision names and their dtypes."""
 
-_LONG_NAMES: dict[str, str] = {dtype.name: short for short, dtype in DTYPES.items()}
+_LONG_NAMES: dict[str, str] = {dtype.name: short for short, dtype in _DTYPES.items()}
 """NumPy's names ('bfloat16', 'float32', ...) -> the short ones, which are canonical."""
 
-FLOAT8: dict[str, np.dtype] = {
+_FLOAT8: dict[str, np.dtype] = {
     "e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
     "e5m2": np.dtype(ml_dtypes.float8_e5m2),
 }
@@ -47,11 +47,11 @@ audit --dtypes` take (logits rounded to float8, the fixed functions' math in flo
 a training precision. The other 8-bit formats (fnuz, e3m4, e8m0) are refused."""
 
 
-def dtype_names(names: Sequence[str], default: Sequence[str] = tuple(DTYPES)) -> list[str]:
+def dtype_names(names: Sequence[str], default: Sequence[str] = tuple(_DTYPES)) -> list[str]:
     """NumPy's names of the float dtypes `names` (short, as in precision=bf16 or e4m3fn, or
     NumPy's); those of `default` when `names` is empty. ConfigError (one line, a ValueError)
     for any other name."""
-    known = {**DTYPES, **FLOAT8}
+    known = {**_DTYPES, **_FLOAT8}
     names = [known[n].name if n in known else n for n in names or default]
     allowed = [dtype.name for dtype in known.values()]
     unknown = sorted(set(names) - set(allowed))
@@ -70,8 +70,8 @@ class Precision:
     """A precision policy: parameter dtype and compute dtype (separate on purpose)."""
 
     name: str = "fp32"  # the papers' default training precision
-    param_dtype: np.dtype = DTYPES["fp32"]  # dtype of parameters and optimizer state
-    compute_dtype: np.dtype = DTYPES["fp32"]  # dtype the model and loss run in
+    param_dtype: np.dtype = _DTYPES["fp32"]  # dtype of parameters and optimizer state
+    compute_dtype: np.dtype = _DTYPES["fp32"]  # dtype the model and loss run in
 
     @property
     def needs_x64(self) -> bool:
@@ -119,15 +119,15 @@ def get_precision(name: str | Precision) -> Precision:
     if not isinstance(name, str):
         raise TypeError(f"precision must be a name like 'fp32', got {type(name).__name__}")
     parts = [_LONG_NAMES.get(part, part) for part in name.split("/")]
-    unknown = [part for part in parts if part not in DTYPES]
+    unknown = [part for part in parts if part not in _DTYPES]
     if len(parts) not in (1, 2) or unknown:
         raise ValueError(
-            f"unknown precision {name!r}: expected one of {sorted(DTYPES)} (or NumPy's "
+            f"unknown precision {name!r}: expected one of {sorted(_DTYPES)} (or NumPy's "
             "names) or 'PARAM/COMPUTE' such as 'fp32/bf16'"
         )
     param, compute = parts if len(parts) == 2 else (parts[0], parts[0])
     canonical = param if param == compute else f"{param}/{compute}"
-    return Precision(canonical, DTYPES[param], DTYPES[compute])
+    return Precision(canonical, _DTYPES[param], _DTYPES[compute])
 
 
 @contextlib.contextmanager

@@ -11,13 +11,13 @@ Evaluation steps are `test_step`s (measured after that many updates).
 - memorisation step: the first step with 100 % training accuracy
   (`grokbench.slingshot.memorization_step`, the rule the slingshot spikes count from).
 - circuit-formation step: the first evaluation at or after memorisation at which the
-  restricted loss (the key frequencies alone, on all p^2 pairs) is below `CIRCUIT_LOSS`
+  restricted loss (the key frequencies alone, on all p^2 pairs) is below `_CIRCUIT_LOSS`
   (1 nat): the Fourier circuit by itself puts a geometric mean of more than e^-1 = 37 % on
   the right residue of every pair, 11x the uniform 1/p at p = 31. (Below the test loss is
   no rule: a memorising network is overconfident on held-out pairs, its test loss exceeds
   log p, and the restricted loss of a network with no circuit, about log p, is below it.)
 - cleanup step: the first evaluation at or after circuit formation at which the test loss
-  is below `CLEANUP_LOSS` (1 nat): the whole network now does on the held-out pairs what its
+  is below `_CLEANUP_LOSS` (1 nat): the whole network now does on the held-out pairs what its
   circuit did on all pairs when it formed; what held the test loss up, the memorisation,
   is gone. (A rule relative to the restricted loss fails: once the circuit carries margins
   near 17 nats, the restricted loss is ~1e-7 and no test loss comes within a factor of it.)
@@ -40,15 +40,15 @@ from grokbench.store import load_metrics
 from grokbench.sweep import dir_runs
 from grokbench.tables import align, fmt, run_keys
 
-__all__ = ["CIRCUIT_LOSS", "CLEANUP_LOSS", "GROK_ACC", "analyze_dir", "format_table", "phases"]
+__all__ = ["analyze_dir", "format_table", "phases"]
 
-CIRCUIT_LOSS = 1.0
+_CIRCUIT_LOSS = 1.0
 """The circuit has formed once the restricted loss is below this (nats, all p^2 pairs)."""
 
-CLEANUP_LOSS = 1.0
+_CLEANUP_LOSS = 1.0
 """Cleanup ends once the test loss is below this (nats, the test split)."""
 
-GROK_ACC = slingshot.GROK_ACC
+_GROK_ACC = slingshot.GROK_ACC
 """A run has grokked at the first evaluation with at least this test accuracy (the
 summary's rule, `grokbench.slingshot.grok_step`)."""
 
@@ -64,15 +64,15 @@ def _first(steps: np.ndarray, hits: np.ndarray, after: int | None) -> int | None
 def phases(metrics: Mapping[str, np.ndarray]) -> dict:
     """One run's phase steps (module docstring), its final key frequencies and losses.
 
-    ValueError when the metrics hold no Fourier measures (`grokbench.fourier.has_fourier`).
+    ValueError when the metrics hold no Fourier measures (`grokbench.fourier._has_fourier`).
     """
     if "restricted_loss" not in metrics:
         raise ValueError("no Fourier progress measures")
     steps = np.asarray(metrics["test_step"])
     restricted, test = metrics["restricted_loss"], metrics["test_loss"]
     memorised = slingshot.memorization_step(metrics["train_acc"])
-    circuit = _first(steps, restricted < CIRCUIT_LOSS, memorised)
-    cleanup = _first(steps, test < CLEANUP_LOSS, circuit)
+    circuit = _first(steps, restricted < _CIRCUIT_LOSS, memorised)
+    cleanup = _first(steps, test < _CLEANUP_LOSS, circuit)
     return {
         "memorization_step": memorised,
         "circuit_step": circuit,
@@ -130,8 +130,8 @@ def format_table(rows: Sequence[dict]) -> str:
         )
     note = (
         "\nSteps (rules: grokbench.progress): memorised = 100 % train accuracy; circuit = "
-        f"restricted loss below {CIRCUIT_LOSS:g} nat; cleanup = then test loss below "
-        f"{CLEANUP_LOSS:g} nat; grokked = test accuracy >= {GROK_ACC:.0%}. "
+        f"restricted loss below {_CIRCUIT_LOSS:g} nat; cleanup = then test loss below "
+        f"{_CLEANUP_LOSS:g} nat; grokked = test accuracy >= {_GROK_ACC:.0%}. "
         "key_freqs, restricted (all pairs) and excluded (training pairs) loss at the last "
         "evaluation (grokbench.fourier). '-': never reached, or no Fourier measures."
     )

@@ -21,16 +21,7 @@ from typing import Any
 
 from grokbench.config import ConfigError, RunConfig, did_you_mean
 
-__all__ = [
-    "MLP_SETUP_AXES",
-    "RECIPES",
-    "SETUP_AXES",
-    "Recipe",
-    "check_name",
-    "expand",
-    "format_list",
-    "get_recipe",
-]
+__all__ = ["RECIPES", "SETUP_AXES", "check_name", "expand", "format_list", "get_recipe"]
 
 _EPS_TABLE1 = (1e-8, 1e-12, 1e-16)  # Table 1's three epsilons: m* = 18.4, 27.6, 36.8
 # The paper's "bf16" rows are bf16 compute on float32 parameters and optimizer state. Wholly
@@ -137,7 +128,7 @@ SETUP_AXES: tuple[Mapping[str, tuple], ...] = (
 )
 """The setup study's settings: the defaults, then one unstated choice changed at a time."""
 
-MLP_SETUP_AXES: tuple[Mapping[str, tuple], ...] = (
+_MLP_SETUP_AXES: tuple[Mapping[str, tuple], ...] = (
     {},  # Doshi and Gromov's code: x^2, their init, lr 1e-2
     {"activation": ("relu",)},
     {"mlp_init": ("unit",)},  # pre-activations at unit variance, fan-in read-out
@@ -192,7 +183,7 @@ RECIPES: dict[str, Recipe] = {
             "stated lr 5e-3 instead of their code's 1e-2 (one at a time), fixed and standard CE",
             _FIG2_BOTTOM,
             seeds=3,
-            grids=tuple({"loss": ("fixed", "standard"), **axis} for axis in MLP_SETUP_AXES),
+            grids=tuple({"loss": ("fixed", "standard"), **axis} for axis in _MLP_SETUP_AXES),
             quick={"steps": 1500, "seeds": 1, "loss": "standard"},
         ),
         Recipe(

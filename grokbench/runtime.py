@@ -27,12 +27,10 @@ from collections.abc import Iterator
 
 __all__ = [
     "CACHE_ENV",
-    "CACHE_MAX_BYTES",
     "FLOAT16_UNSUPPORTED",
     "CompileMeter",
     "compilation_cache",
     "default_cache_dir",
-    "fingerprint_id",
     "float16_compiles",
     "has_fma",
     "is_float16_link_error",
@@ -165,7 +163,7 @@ def machine_fingerprint() -> dict[str, str]:
     return fingerprint
 
 
-def fingerprint_id(fingerprint: dict[str, str] | None = None) -> str:
+def _fingerprint_id(fingerprint: dict[str, str] | None = None) -> str:
     """A short stable name of `fingerprint` (default: this machine's), for file and dict keys."""
     fingerprint = machine_fingerprint() if fingerprint is None else fingerprint
     text = json.dumps(fingerprint, sort_keys=True)
@@ -229,11 +227,11 @@ CACHE_ENV = "GROKBENCH_COMPILATION_CACHE"
 """Unset: the per-user cache (`default_cache_dir`); a path: that directory; 0, off, false or
 no: no persistent cache (each command compiles what it needs, into a temporary cache)."""
 
-CACHE_MAX_BYTES = 4 << 30
+_CACHE_MAX_BYTES = 4 << 30
 """The persistent cache's size bound: `prune_cache` removes the oldest programs past it."""
 
 
-def prune_cache(path: pathlib.Path, max_bytes: int = CACHE_MAX_BYTES) -> int:
+def prune_cache(path: pathlib.Path, max_bytes: int = _CACHE_MAX_BYTES) -> int:
     """Remove the oldest-written files of the cache in `path` until it holds at most
     `max_bytes`; returns the bytes removed.
 
@@ -271,7 +269,7 @@ def default_cache_dir() -> pathlib.Path:
     directory per machine fingerprint, so a home directory shared between machines never
     serves a program compiled for another CPU or instruction-set level."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "grokbench" / "jax" / fingerprint_id()
+    return pathlib.Path(base) / "grokbench" / "jax" / _fingerprint_id()
 
 
 @contextlib.contextmanager

@@ -6,13 +6,13 @@ nothing) and the training accuracy:
 
 1. Memorization is the first step with training accuracy 100%. Only later steps count.
 2. r(t) is the running minimum of the loss from memorization up to step t - 1, and the
-   threshold is T(t) = max(SPIKE_FACTOR * r(t), SPIKE_FLOOR): at least 10x the best loss
+   threshold is T(t) = max(_SPIKE_FACTOR * r(t), _SPIKE_FLOOR): at least 10x the best loss
    reached since memorization, and visible in absolute terms.
 3. A spike starts at step t (when none is open) if loss(t) >= T(t) and the loss rose at
-   least SPIKE_FACTOR-fold within the last SPIKE_WINDOW steps (loss(t) >= 10 min of the
+   least _SPIKE_FACTOR-fold within the last _SPIKE_WINDOW steps (loss(t) >= 10 min of the
    window): sudden, unlike the slow drift of a margin shrinking under weight decay.
-4. An open spike closes once the loss has stayed below T / SPIKE_HYSTERESIS for
-   SPIKE_QUIET consecutive steps, so the few-step oscillation a spike triggers (loss
+4. An open spike closes once the loss has stayed below T / _SPIKE_HYSTERESIS for
+   _SPIKE_QUIET consecutive steps, so the few-step oscillation a spike triggers (loss
    bouncing between 1e-4 and 1e0 while Adam's second moment recovers) is one spike.
 
 On fig2-top (fp32, eps 1e-8) this counts one spike per slingshot cycle of standard CE
@@ -22,7 +22,7 @@ loss settles near 5e-8 and wobbles by less than 2x.
 Each spike is described (`describe_spikes`) by its start step, its peak loss (the largest
 loss while it is open), its height in decades (log10 of the peak over the loss at launch),
 and the state at launch: the last step before the start whose loss is still within
-LAUNCH_FACTOR of the lowest loss of the SPIKE_WINDOW steps before it (the floor the spike
+_LAUNCH_FACTOR of the lowest loss of the _SPIKE_WINDOW steps before it (the floor the spike
 rose from), with its mean and median margin and the fraction of training examples whose
 margin is past the compute dtype's cliff there.
 """
@@ -40,39 +40,24 @@ import numerics
 from grokbench.precision import get_precision
 from grokbench.tables import align, run_keys
 
-__all__ = [
-    "GROK_ACC",
-    "LAUNCH_FACTOR",
-    "SPIKE_FACTOR",
-    "SPIKE_FLOOR",
-    "SPIKE_HYSTERESIS",
-    "SPIKE_QUIET",
-    "SPIKE_WINDOW",
-    "Spike",
-    "count_spikes",
-    "describe_spikes",
-    "format_spikes",
-    "grok_step",
-    "memorization_step",
-    "spike_steps",
-]
+__all__ = ["describe_spikes", "format_spikes", "grok_step", "spike_steps"]
 
-SPIKE_FACTOR = 10.0
+_SPIKE_FACTOR = 10.0
 """A spike's loss is at least this multiple of the running minimum since memorization."""
 
-SPIKE_FLOOR = 1e-3
+_SPIKE_FLOOR = 1e-3
 """...and at least this absolute training loss (mean CE, nats): below it nothing visible moves."""
 
-SPIKE_WINDOW = 50
-"""...reached by a SPIKE_FACTOR-fold rise within this many steps (sudden, not a drift)."""
+_SPIKE_WINDOW = 50
+"""...reached by a _SPIKE_FACTOR-fold rise within this many steps (sudden, not a drift)."""
 
-SPIKE_HYSTERESIS = 2.0
-"""An open spike closes when the loss stays below threshold / SPIKE_HYSTERESIS..."""
+_SPIKE_HYSTERESIS = 2.0
+"""An open spike closes when the loss stays below threshold / _SPIKE_HYSTERESIS..."""
 
-SPIKE_QUIET = 50
+_SPIKE_QUIET = 50
 """...for this many consecutive steps."""
 
-LAUNCH_FACTOR = 2.0
+_LAUNCH_FACTOR = 2.0
 """A spike launches from the last step before it within this factor of the window's minimum."""
 
 
@@ -95,11 +80,11 @@ def grok_step(test_step: np.ndarray, test_acc: np.ndarray) -> int | None:
 def spike_steps(
     train_loss: np.ndarray,
     train_acc: np.ndarray,
-    factor: float = SPIKE_FACTOR,
-    floor: float = SPIKE_FLOOR,
-    window: int = SPIKE_WINDOW,
-    hysteresis: float = SPIKE_HYSTERESIS,
-    quiet: int = SPIKE_QUIET,
+    factor: float = _SPIKE_FACTOR,
+    floor: float = _SPIKE_FLOOR,
+    window: int = _SPIKE_WINDOW,
+    hysteresis: float = _SPIKE_HYSTERESIS,
+    quiet: int = _SPIKE_QUIET,
 ) -> list[int]:
     """The step at which each spike starts, by the module's rule."""
     rule = {"factor": factor, "floor": floor, "window": window}
@@ -144,7 +129,7 @@ def _spike_spans(
 
 
 @dataclasses.dataclass(frozen=True)
-class Spike:
+class _Spike:
     """One slingshot spike: where it starts, how high it goes, the state it launched from."""
 
     step: int  # first step at or past the threshold
@@ -156,27 +141,27 @@ class Spike:
     past_cliff_before: float  # fraction of training examples past the cliff at launch_step
 
 
-def describe_spikes(metrics: Mapping[str, np.ndarray], window: int = SPIKE_WINDOW) -> list[Spike]:
+def describe_spikes(metrics: Mapping[str, np.ndarray], window: int = _SPIKE_WINDOW) -> list[_Spike]:
     """Every spike of a run's metrics (`train_ce`, `train_acc`, margins, `frac_past_cliff`)."""
     loss = np.asarray(metrics["train_ce"], dtype=np.float64)
     mem = memorization_step(metrics["train_acc"])
     spans = _spike_spans(
         loss,
         metrics["train_acc"],
-        SPIKE_HYSTERESIS,
-        SPIKE_QUIET,
-        factor=SPIKE_FACTOR,
-        floor=SPIKE_FLOOR,
+        _SPIKE_HYSTERESIS,
+        _SPIKE_QUIET,
+        factor=_SPIKE_FACTOR,
+        floor=_SPIKE_FLOOR,
         window=window,
     )
     out = []
     for start, end in spans:
         lo = max(mem if mem is not None else 0, start - window)
         floor_ = loss[lo:start].min()
-        launch = lo + int(np.flatnonzero(loss[lo:start] <= LAUNCH_FACTOR * floor_)[-1])
+        launch = lo + int(np.flatnonzero(loss[lo:start] <= _LAUNCH_FACTOR * floor_)[-1])
         peak = float(np.nanmax(loss[start:end]))
         out.append(
-            Spike(
+            _Spike(
                 step=start,
                 peak_loss=peak,
                 height=math.log10(peak / loss[launch]) if loss[launch] > 0 else math.inf,
@@ -189,7 +174,7 @@ def describe_spikes(metrics: Mapping[str, np.ndarray], window: int = SPIKE_WINDO
     return out
 
 
-def count_spikes(train_loss: np.ndarray, train_acc: np.ndarray, **rule: float) -> int:
+def _count_spikes(train_loss: np.ndarray, train_acc: np.ndarray, **rule: float) -> int:
     """Number of slingshot spikes after memorization (see the module docstring)."""
     return len(spike_steps(train_loss, train_acc, **rule))
 

@@ -31,7 +31,6 @@ __all__ = [
     "Store",
     "atomic_write_bytes",
     "atomic_write_json",
-    "atomic_write_npz",
     "check_writable_dir",
     "default_root",
     "finished_since",
@@ -115,7 +114,7 @@ def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def atomic_write_npz(path: pathlib.Path, arrays: Mapping[str, Any]) -> None:
+def _atomic_write_npz(path: pathlib.Path, arrays: Mapping[str, Any]) -> None:
     """`atomic_write_bytes` of an uncompressed .npz: one array per name."""
     buf = io.BytesIO()
     np.savez(buf, **{name: np.asarray(x) for name, x in arrays.items()})
@@ -234,7 +233,7 @@ class Store:
         (run_dir / "summary.json").unlink(missing_ok=True)
         atomic_write_json(run_dir / "config.json", config)
         for name, columns in arrays.items():
-            atomic_write_npz(run_dir / f"{name}.npz", columns)
+            _atomic_write_npz(run_dir / f"{name}.npz", columns)
         atomic_write_json(run_dir / "summary.json", {**summary, "config": config})
 
     def read_record(

@@ -34,17 +34,17 @@ from grokbench.store import Store, atomic_write_json, load_metrics
 from grokbench.tables import finite_or_none
 from grokbench.versions import DISTILL_SUMMARY_VERSION, SUMMARY_VERSION
 
-__all__ = ["is_current", "load", "summarize", "summary_version"]
+__all__ = []  # package-internal: only other harness modules use these names
 
 
-def summary_version(cfg: RunConfig) -> int:
+def _summary_version(cfg: RunConfig) -> int:
     """The version a current summary of `cfg` carries (module docstring)."""
     return DISTILL_SUMMARY_VERSION if cfg.teacher_steps else SUMMARY_VERSION
 
 
-def is_current(summary: Mapping[str, Any], cfg: RunConfig) -> bool:
+def _is_current(summary: Mapping[str, Any], cfg: RunConfig) -> bool:
     """Whether `summary` was written by the rule this version of the code applies to `cfg`."""
-    return summary.get("summary_version") == summary_version(cfg)
+    return summary.get("summary_version") == _summary_version(cfg)
 
 
 def summarize(
@@ -78,7 +78,7 @@ def load(store: Store, cfg: RunConfig) -> dict | None:
     summary = store.load_summary(cfg)
     if summary is not None and not store.metrics_ok(cfg, fourier.columns(cfg)):
         summary = None
-    if summary is not None and not is_current(summary, cfg):
+    if summary is not None and not _is_current(summary, cfg):
         metrics = load_metrics(store.run_dir(cfg))
         summary = summarize(cfg, metrics, summary["seconds"], summary.get("backend"))
         atomic_write_json(store.run_dir(cfg) / "summary.json", summary)

@@ -33,19 +33,9 @@ from grokbench import executors, experiment, recipes
 from grokbench.config import ConfigError, RunConfig, config_hash, from_stored, parse_overrides
 from grokbench.store import Store, atomic_write_bytes
 
-__all__ = [
-    "LOCK_FILE",
-    "TABLE_FILE",
-    "SweepBusy",
-    "dir_runs",
-    "expand_grid",
-    "lock",
-    "run_sweep",
-    "table_rows",
-    "write_table",
-]
+__all__ = ["TABLE_FILE", "SweepBusy", "dir_runs", "expand_grid", "lock", "run_sweep"]
 
-LOCK_FILE = "sweep.lock"
+_LOCK_FILE = "sweep.lock"
 """The lock file in a sweep directory."""
 
 TABLE_FILE = "sweep.csv"
@@ -61,7 +51,7 @@ def lock(out_dir: pathlib.Path | str) -> Iterator[None]:
     """Hold OUT_DIR/sweep.lock exclusively, or raise `SweepBusy` at once."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_FILE
+    path = out / _LOCK_FILE
     with open(path, "a+") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -118,7 +108,7 @@ def run_sweep(
             whole_units=True,
         )
         experiment.write_out(out, summaries)
-        write_table(out, summaries)
+        _write_table(out, summaries)
     return summaries
 
 
@@ -130,7 +120,7 @@ def _cell(value: object) -> object:
     return value
 
 
-def table_rows(summaries: Sequence[dict], out_dir: pathlib.Path | str) -> list[dict]:
+def _table_rows(summaries: Sequence[dict], out_dir: pathlib.Path | str) -> list[dict]:
     """One flat row per run: config_hash, run_dir (relative to DIR), config, then summary."""
     out = pathlib.Path(out_dir)
     rows = []
@@ -146,9 +136,9 @@ def table_rows(summaries: Sequence[dict], out_dir: pathlib.Path | str) -> list[d
     return rows
 
 
-def write_table(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathlib.Path:
+def _write_table(out_dir: pathlib.Path | str, summaries: Sequence[dict]) -> pathlib.Path:
     """Write DIR/sweep.csv atomically; return its path."""
-    rows = table_rows(summaries, out_dir)
+    rows = _table_rows(summaries, out_dir)
     columns = list(dict.fromkeys(k for row in rows for k in row))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, restval="", lineterminator="\n")

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["align", "finite_or_none", "fmt", "run_keys", "summary_table", "varying_keys"]
+__all__ = []  # package-internal: only other harness modules use these names
 
 
 def finite_or_none(x: Any) -> float | None:

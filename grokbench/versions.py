@@ -29,7 +29,6 @@ __all__ = [
     "QUANT_EVAL_VERSION",
     "QUANT_VERSION",
     "SUMMARY_VERSION",
-    "stable_hash",
 ]
 
 CONFIG_VERSION = 5

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from grokbench import cli
-from grokbench.config import RunConfig, parse_value
+from grokbench.cli import app
+from grokbench.config import RunConfig, _parse_value
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -147,12 +147,12 @@ def test_key_table_lists_every_runconfig_field_with_its_default():
     fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
     assert set(rows) == {*fields, "seeds"}, "docs/run.md's key table is not RunConfig's fields"
     for name, default in fields.items():
-        assert parse_value(name, rows[name]) == default, f"docs/run.md: default of {name}"
+        assert _parse_value(name, rows[name]) == default, f"docs/run.md: default of {name}"
 
 
 def test_every_command_is_in_the_readme():
     readme = (ROOT / "README.md").read_text()
-    parser = cli.build_parser()
+    parser = app._build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     missing = [name for name in sub.choices if f"`grokbench {name}" not in readme]
     assert not missing, f"commands missing from the README's table: {missing}"

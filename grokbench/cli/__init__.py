@@ -9,9 +9,6 @@ and dispatches, and its `main` is the console script (`grokbench = grokbench.cli
 `grokbench`, and `python -m figures` is `grokbench figures`.
 """
 
-from grokbench.cli.app import COMMANDS as COMMANDS
-from grokbench.cli.app import Command as Command
-from grokbench.cli.app import build_parser as build_parser
 from grokbench.cli.app import main as main
 
-__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+__all__ = ["main"]

@@ -22,30 +22,30 @@ from pathlib import Path
 from grokbench import runtime
 from grokbench.cli import commands
 
-__all__ = ["COMMANDS", "Command", "arg", "build_parser", "main"]
+__all__ = ["main"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Command:
+class _Command:
     """One subcommand of `grokbench`."""
 
     run: Callable[[argparse.Namespace], int]  # what it calls: its docstring is the help
     shared: tuple[str, ...] = ()  # the options of `_SHARED` it takes
-    arguments: tuple[tuple[tuple[str, ...], dict], ...] = ()  # its own (`arg`)
+    arguments: tuple[tuple[tuple[str, ...], dict], ...] = ()  # its own (`_arg`)
     rest: str | None = None  # the list positional that words after its options extend
     input_errors: tuple[type[Exception], ...] = ()  # besides ConfigError: one line, exit 2
     exclusive: tuple[str, ...] = ()  # options of which at most one may be given
 
 
-def arg(*names: str, **options: object) -> tuple[tuple[str, ...], dict]:
+def _arg(*names: str, **options: object) -> tuple[tuple[str, ...], dict]:
     """One `add_argument` call: its names and options."""
     return names, options
 
 
-def _reads_dir(run: Callable[[argparse.Namespace], int], *arguments) -> Command:
+def _reads_dir(run: Callable[[argparse.Namespace], int], *arguments) -> _Command:
     """A command that analyzes the runs of a directory."""
-    where = arg("dir", type=Path, help="a sweep directory, a run --out directory or a store")
-    return Command(run, (), (where, *arguments), input_errors=(ValueError, FileNotFoundError))
+    where = _arg("dir", type=Path, help="a sweep directory, a run --out directory or a store")
+    return _Command(run, (), (where, *arguments), input_errors=(ValueError, FileNotFoundError))
 
 
 def _late(module: str, name: str) -> Callable[[], list[str]]:
@@ -54,47 +54,47 @@ def _late(module: str, name: str) -> Callable[[], list[str]]:
 
 
 _DTYPES = "bf16 fp16 fp32 fp64 e4m3fn e5m2"
-COMMANDS: dict[str, Command] = {
-    "run": Command(
+_COMMANDS: dict[str, _Command] = {
+    "run": _Command(
         commands.run,
         ("recipe", "overrides", "quick", "results", "progress", "chunk"),
-        (arg("--out", type=Path, help="also write OUT/summary.json ({'runs': [...]})"),),
+        (_arg("--out", type=Path, help="also write OUT/summary.json ({'runs': [...]})"),),
         rest="overrides",
     ),
-    "sweep": Command(
+    "sweep": _Command(
         commands.sweep,
         ("recipe", "overrides", "quick", "progress", "chunk"),
         (
-            arg("--out", type=Path, required=True, help="the sweep directory"),
-            arg(
+            _arg("--out", type=Path, required=True, help="the sweep directory"),
+            _arg(
                 "--executor",
                 choices=_late("grokbench.executors", "EXECUTORS"),
                 default="local",
                 help="where to train (default: local)",
             ),
-            arg(
+            _arg(
                 "--ray-address",
                 default=None,
                 help="Ray cluster to use (default: start a local one)",
             ),
-            arg("--batch", type=int, default=None, help="most runs per program (default: all)"),
+            _arg("--batch", type=int, default=None, help="most runs per program (default: all)"),
         ),
         rest="overrides",
     ),
     "equilibrium": _reads_dir(
         commands.equilibrium,
-        arg("--out", type=Path, help="write OUT/equilibrium.json (default: none)"),
+        _arg("--out", type=Path, help="write OUT/equilibrium.json (default: none)"),
     ),
     "slingshot": _reads_dir(commands.slingshot),
     "progress": _reads_dir(commands.progress),
-    "quant": Command(
+    "quant": _Command(
         commands.quant,
         ("overrides", "results", "progress"),
         (
-            arg("--quick", action="store_true", help="small models, minutes on a CPU"),
-            arg("--out", type=Path, required=True, help="output directory"),
-            arg("--recipe", default="quant", help="a quant-lab recipe (default: %(default)s)"),
-            arg(
+            _arg("--quick", action="store_true", help="small models, minutes on a CPU"),
+            _arg("--out", type=Path, required=True, help="output directory"),
+            _arg("--recipe", default="quant", help="a quant-lab recipe (default: %(default)s)"),
+            _arg(
                 "--tap-costs",
                 metavar="BITS",
                 default="",
@@ -104,20 +104,20 @@ COMMANDS: dict[str, Command] = {
         ),
         rest="overrides",
     ),
-    "figures": Command(
+    "figures": _Command(
         commands.figures,
         ("results", "progress"),
         (
-            arg("names", nargs="*", metavar="NAME", help="figures to build (default: all)"),
-            arg("--quick", action="store_true", help="reduced scale (the default)"),
-            arg("--full", action="store_true", help="the papers' scale"),
-            arg(
+            _arg("names", nargs="*", metavar="NAME", help="figures to build (default: all)"),
+            _arg("--quick", action="store_true", help="reduced scale (the default)"),
+            _arg("--full", action="store_true", help="the papers' scale"),
+            _arg(
                 "--out",
                 type=Path,
                 default=Path("out/figures"),
                 help="where the images and reproduction.md go (default: %(default)s)",
             ),
-            arg(
+            _arg(
                 "--set",
                 dest="overrides",
                 action="append",
@@ -130,42 +130,42 @@ COMMANDS: dict[str, Command] = {
         input_errors=(ValueError,),
         exclusive=("--quick", "--full"),
     ),
-    "recipes": Command(commands.recipes),
-    "keys": Command(commands.keys),
-    "cliffs": Command(
+    "recipes": _Command(commands.recipes),
+    "keys": _Command(commands.keys),
+    "cliffs": _Command(
         commands.cliffs,
         arguments=(
-            arg("dtypes", nargs="*", help=f"{_DTYPES} or NumPy names (default: all)"),
-            arg("--json", action="store_true", help="print the rows as JSON"),
+            _arg("dtypes", nargs="*", help=f"{_DTYPES} or NumPy names (default: all)"),
+            _arg("--json", action="store_true", help="print the rows as JSON"),
         ),
         rest="dtypes",
     ),
-    "audit": Command(
+    "audit": _Command(
         commands.audit,
         arguments=(
-            arg("function", metavar="MODULE:FUNCTION", help="e.g. numerics:cross_entropy"),
-            arg(
+            _arg("function", metavar="MODULE:FUNCTION", help="e.g. numerics:cross_entropy"),
+            _arg(
                 "--kind",
                 choices=_late("grokbench.audit", "KIND_CALLS"),
                 default=None,
                 help="what FUNCTION computes (default: guessed from its name, else ce)",
             ),
-            arg(
+            _arg(
                 "--dtypes",
                 default="bf16,fp16,fp32,fp64",
                 metavar="LIST",
                 help="comma-separated dtypes, short or NumPy names, e4m3fn and e5m2 too "
                 "(default: %(default)s)",
             ),
-            arg("--json", type=Path, metavar="FILE", help="also write the results"),
-            arg(
+            _arg("--json", type=Path, metavar="FILE", help="also write the results"),
+            _arg(
                 "--max-ulps",
                 type=float,
                 default=None,
                 metavar="N",
                 help="one bound in ulps for values and gradients, instead of the lab's table",
             ),
-            arg(
+            _arg(
                 "--quick", action="store_true", help="fewer margins, K up to 100: seconds per dtype"
             ),
         ),
@@ -175,22 +175,22 @@ COMMANDS: dict[str, Command] = {
 """Every subcommand, in the order `grokbench --help` lists them."""
 
 _SHARED: dict[str, tuple[tuple[str, ...], dict]] = {
-    "recipe": arg("recipe", help="a recipe name (`grokbench recipes` lists them)"),
-    "overrides": arg(
+    "recipe": _arg("recipe", help="a recipe name (`grokbench recipes` lists them)"),
+    "overrides": _arg(
         "overrides",
         nargs="*",
         metavar="key=value",
         help="config overrides; key=v1,v2 sweeps a key (`grokbench keys` lists the keys)",
     ),
-    "quick": arg("--quick", action="store_true", help="the recipe's minutes-on-a-CPU size"),
-    "results": arg(
+    "quick": _arg("--quick", action="store_true", help="the recipe's minutes-on-a-CPU size"),
+    "results": _arg(
         "--results",
         type=Path,
         default=None,
         help="results store (default: $GROKBENCH_RESULTS, else ./results)",
     ),
-    "progress": arg("--no-progress", action="store_true", help="no progress bars"),
-    "chunk": arg(
+    "progress": _arg("--no-progress", action="store_true", help="no progress bars"),
+    "chunk": _arg(
         "--chunk",
         type=int,
         default=1000,
@@ -226,13 +226,13 @@ class _Formatter(argparse.HelpFormatter):
             self._action_max_length = max(self._action_max_length, width)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand of `COMMANDS`."""
+def _build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand of `_COMMANDS`."""
     parser = _Parser(prog="grokbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(
         dest="command", metavar="COMMAND", title="commands", parser_class=_Parser
     )
-    for name, command in COMMANDS.items():
+    for name, command in _COMMANDS.items():
         summary, _, description = inspect.getdoc(command.run).partition("\n\n")
         p = sub.add_parser(name, help=summary, description=" ".join(description.split()))
         group = p.add_mutually_exclusive_group() if command.exclusive else None
@@ -245,15 +245,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `grokbench` console script."""
-    runtime.use_all_cores()  # before build_parser, whose imports load jax
-    parser = build_parser()
+    runtime.use_all_cores()  # before _build_parser, whose imports load jax
+    parser = _build_parser()
     # Overrides may follow options (`run fig2-top --quick seeds=3`): argparse's nargs="*"
     # positional stops at the first option, so the rest comes back as unknown and is re-added.
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    command = COMMANDS[args.command]
+    command = _COMMANDS[args.command]
     flags = [token for token in extra if token.startswith("-")]
     if flags or (extra and command.rest is None):
         parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     return _dispatch(command, args)
 
 
-def _dispatch(command: Command, args: argparse.Namespace) -> int:
+def _dispatch(command: _Command, args: argparse.Namespace) -> int:
     """Run the command; every error a user can cause or mend is one line and a status."""
     from grokbench.config import ConfigError
     from grokbench.store import finished_since

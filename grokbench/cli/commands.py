@@ -13,20 +13,7 @@ import pathlib
 # Nothing here imports jax at import time: `grokbench.cli.app` splits the CPU into devices
 # first.
 
-__all__ = [
-    "audit",
-    "cliffs",
-    "equilibrium",
-    "figures",
-    "keys",
-    "progress",
-    "quant",
-    "recipes",
-    "run",
-    "slingshot",
-    "store_root",
-    "sweep",
-]
+__all__ = []  # package-internal: `grokbench.cli.app` dispatches to these functions
 
 
 def store_root(args: argparse.Namespace) -> pathlib.Path | None:

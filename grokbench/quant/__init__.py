@@ -8,15 +8,9 @@ metrics, simulated PTQ), `table` (`run_quant`: a recipe's runs, quant_table.json
 under ROOT/quant/{train,eval}/HASH.
 """
 
-from grokbench.quant.config import BIT_CONFIGS as BIT_CONFIGS
-from grokbench.quant.config import QUANT_VERSION as QUANT_VERSION
-from grokbench.quant.config import VARIANTS as VARIANTS
 from grokbench.quant.config import QuantConfig as QuantConfig
 from grokbench.quant.config import parse_bit_list as parse_bit_list
-from grokbench.quant.evaluate import evaluate as evaluate
-from grokbench.quant.evaluate import load_evaluation as load_evaluation
 from grokbench.quant.recipes import ABLATIONS as ABLATIONS
-from grokbench.quant.recipes import QUANT_RECIPES as QUANT_RECIPES
 from grokbench.quant.table import format_markdown as format_markdown
 from grokbench.quant.table import format_tap_costs as format_tap_costs
 from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides
@@ -24,5 +18,3 @@ from grokbench.quant.table import quant_configs as quant_configs
 from grokbench.quant.table import run_ablations as run_ablations
 from grokbench.quant.table import run_quant as run_quant
 from grokbench.quant.table import run_tap_costs as run_tap_costs
-from grokbench.quant.train import load_params as load_params
-from grokbench.quant.train import train as train

@@ -19,18 +19,9 @@ from tasks.quant import (
     QuantModelConfig,
 )
 
-__all__ = [
-    "ADDED_FIELDS",
-    "BERT_GAMMA",
-    "BIT_CONFIGS",
-    "MECHANISMS",
-    "VARIANTS",
-    "QuantConfig",
-    "parse_bit_list",
-    "parse_bits",
-]
+__all__ = ["QuantConfig", "parse_bit_list"]
 
-ADDED_FIELDS: tuple[str, ...] = ("bos_noise", "corpus_chars")
+_ADDED_FIELDS: tuple[str, ...] = ("bos_noise", "corpus_chars")
 """Fields added to `QuantConfig` after `QUANT_VERSION` 7, as `grokbench.config.ADDED_FIELDS` is
 for `RunConfig`: while at their default they are left out of `train_dict` and the hashes, so
 adding a field does not orphan the records already stored. A new field goes here, with a
@@ -307,7 +298,7 @@ class QuantConfig:
         out = {
             k: v
             for k, v in given.items()
-            if k not in _EVAL_FIELDS and not (k in ADDED_FIELDS and v == defaults[k])
+            if k not in _EVAL_FIELDS and not (k in _ADDED_FIELDS and v == defaults[k])
         }
         for name in ("b2", "weight_decay", "warmup_steps", "ln_weight_decay", "pi_init"):
             out[name] = self.resolved(name)

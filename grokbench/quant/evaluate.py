@@ -37,7 +37,7 @@ from tasks.quant import (
     weight_names,
 )
 
-__all__ = ["evaluate", "load_evaluation", "tap_costs"]
+__all__ = []  # package-internal: only other harness modules use these names
 
 _HIST_BINS = 1024  # histogram resolution of the MSE activation estimator
 _EVAL_SEED = 1234  # masks of the fixed validation batches
@@ -299,7 +299,7 @@ def _eval_dir(store: Store, cfg: QuantConfig) -> pathlib.Path:
     return store.root / "quant" / "eval" / cfg.eval_hash()
 
 
-def load_evaluation(store: Store, cfg: QuantConfig) -> dict | None:
+def _load_evaluation(store: Store, cfg: QuantConfig) -> dict | None:
     """The stored evaluation summary of `cfg`, or None (missing or damaged)."""
     record = store.read_record(_eval_dir(store, cfg), cfg.eval_dict(), ("analysis",))
     return None if record is None else record[0]
@@ -308,7 +308,7 @@ def load_evaluation(store: Store, cfg: QuantConfig) -> dict | None:
 def evaluate(cfg: QuantConfig, params: dict, corpus: Corpus, store: Store) -> dict:
     """FP and PTQ evaluation of `cfg`'s trained `params` (or the stored result); the summary's
     `analysis` names the record's analysis.npz (per-layer arrays for the figures)."""
-    cached = load_evaluation(store, cfg)
+    cached = _load_evaluation(store, cfg)
     if cached is not None:
         return cached
     start = time.perf_counter()

@@ -16,25 +16,22 @@ from grokbench.recipes import Recipe
 
 __all__ = [
     "ABLATIONS",
-    "ALPHAS",
     "CONSTANT_LR",
-    "DEFAULT_VARIANTS",
     "ENCODER_SETTING",
     "MECHANISMS_RECIPE",
     "QUANT",
     "QUANT_RECIPES",
-    "QUICK",
     "TRANSFER_SEQ_LENS",
 ]
 
-DEFAULT_VARIANTS: dict[str, tuple[str, ...]] = {
+_DEFAULT_VARIANTS: dict[str, tuple[str, ...]] = {
     "encoder": ("vanilla", "clipped", "gated_mlp"),
     "decoder": ("vanilla", "clipped", "gated"),
 }
 """The recipe's variants per family: the paper's Table 2 rows (BERT's MLP gate, OPT's linear
 gate) and OPT's clipped softmax (Table 6); `variants=...` picks others for every family."""
 
-QUICK: dict[str, Any] = {
+_QUICK: dict[str, Any] = {
     "d_model": 32,
     "seq_len": 48,
     "steps": 600,
@@ -59,11 +56,12 @@ QUANT = Recipe(
     base=QuantConfig(),
     seeds=1,
     grids=(
-        {"family": ("encoder",), "variant": DEFAULT_VARIANTS["encoder"], **ENCODER_SETTING},
-        {"family": ("decoder",), "variant": DEFAULT_VARIANTS["decoder"]},
+        {"family": ("encoder",), "variant": _DEFAULT_VARIANTS["encoder"], **ENCODER_SETTING},
+        {"family": ("decoder",), "variant": _DEFAULT_VARIANTS["decoder"]},
     ),
-    quick=QUICK,
+    quick=_QUICK,
 )
+"""The lab's recipe, `grokbench quant`: Table 2's variants in both families."""
 
 CONSTANT_LR = Recipe(
     name="quant-constant-lr",
@@ -74,12 +72,12 @@ CONSTANT_LR = Recipe(
     grids=(
         {
             "family": ("encoder",),
-            "variant": DEFAULT_VARIANTS["encoder"],
+            "variant": _DEFAULT_VARIANTS["encoder"],
             **ENCODER_SETTING,
             "decay_lr": (False,),
         },
     ),
-    quick=QUICK,
+    quick=_QUICK,
 )
 """The encoder's recipe with the lr held after the warmup instead of decayed: the setting of
 run A (docs/studies/quant-outlier-probes.md), where Gu et al. find attention sinks grow with
@@ -93,14 +91,14 @@ MECHANISMS_RECIPE = Recipe(
     base=QuantConfig(),  # every bit width: its first three rows are the recipe's own
     seeds=1,
     grids=({"family": ("encoder",), "variant": MECHANISMS, **ENCODER_SETTING},),
-    quick=QUICK,
+    quick=_QUICK,
 )
 """The mechanisms table of docs/quant.md (`grokbench quant --recipe quant-mechanisms`)."""
 
-_QUICK_BASE = dataclasses.replace(QuantConfig(), **QUICK)
+_QUICK_BASE = dataclasses.replace(QuantConfig(), **_QUICK)
 _ENCODER_BASE = dataclasses.replace(QuantConfig(), **{k: v[0] for k, v in ENCODER_SETTING.items()})
 
-ALPHAS: tuple[float, ...] = (0.5, 2.0, 8.0)
+_ALPHAS: tuple[float, ...] = (0.5, 2.0, 8.0)
 """Fig. 6's alpha (gamma = -alpha / T): too weak, the recommended range, too strong."""
 
 TRANSFER_SEQ_LENS: tuple[int, ...] = (64, 32)
@@ -114,14 +112,14 @@ def _gamma_of(alpha: float, seq_len: int) -> float:
 def _encoder_ablation(axis: str, description: str, grids: tuple[dict, ...]) -> Recipe:
     """An ablation at the encoder recipe's setting, the one chosen to grow outliers (issue 44;
     its vanilla reached 39.3, docs/studies/quant-encoder-recipe.md): `delimited_backcopy`,
-    6,000 steps, the paper's schedule; quick: `QUICK` but the grid's T."""
+    6,000 steps, the paper's schedule; quick: `_QUICK` but the grid's T."""
     return Recipe(
         name=f"quant-{axis}",
         description=description,
         base=_ENCODER_BASE,
         seeds=1,
         grids=grids,
-        quick={k: v for k, v in QUICK.items() if k != "seq_len"},
+        quick={k: v for k, v in _QUICK.items() if k != "seq_len"},
     )
 
 
@@ -135,7 +133,7 @@ ABLATIONS: dict[str, Recipe] = {
                 {
                     "variant": ("clipped",),
                     "seq_len": (t,),
-                    "gamma": tuple(_gamma_of(a, t) for a in ALPHAS),
+                    "gamma": tuple(_gamma_of(a, t) for a in _ALPHAS),
                 }
                 for t in TRANSFER_SEQ_LENS
             ),

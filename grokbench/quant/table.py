@@ -38,7 +38,6 @@ __all__ = [
     "run_ablations",
     "run_quant",
     "run_tap_costs",
-    "sweep_axes",
 ]
 
 _LABELS = {
@@ -96,7 +95,7 @@ def quant_configs(
     return expand(recipe, values, quick=quick)
 
 
-def sweep_axes(configs: Sequence[QuantConfig]) -> tuple[str, ...]:
+def _sweep_axes(configs: Sequence[QuantConfig]) -> tuple[str, ...]:
     """The fields other than family and variant whose value differs between `configs` of one
     family: the swept ones, which label each row (the recipe's per-family settings, such as
     the encoder's corpus and steps, are not a sweep)."""
@@ -201,7 +200,7 @@ def run_quant(
     configs = quant_configs(quick, overrides, recipe)
     store = Store(results)
     start = time.perf_counter()
-    axes = sweep_axes(configs)
+    axes = _sweep_axes(configs)
     rows = []
     for cfg, corpus, params, train_summary in _trained(configs, store, progress):
         summary = evaluate(cfg, params, corpus, store)
@@ -234,7 +233,7 @@ def run_tap_costs(
         overrides = parse_quant_overrides(list(overrides))
     names = parse_bit_list(bits)
     configs = quant_configs(quick, overrides, recipe)
-    axes = sweep_axes(configs)
+    axes = _sweep_axes(configs)
     costs = []
     for cfg, corpus, params, _ in _trained(configs, Store(results), progress):
         for name in names:

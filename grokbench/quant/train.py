@@ -36,15 +36,7 @@ from tasks.quant import (
     stack_batches,
 )
 
-__all__ = [
-    "CHUNK",
-    "add_bos_noise",
-    "load_params",
-    "program_text",
-    "time_steps",
-    "train",
-    "train_batches",
-]
+__all__ = ["CHUNK", "time_steps"]
 
 CHUNK = 100
 """Steps per compiled call: progress updates every few seconds, one compile per architecture."""
@@ -156,7 +148,7 @@ def _run_dir(store: Store, cfg: QuantConfig) -> pathlib.Path:
     return store.root / "quant" / "train" / cfg.train_hash()
 
 
-def load_params(store: Store, cfg: QuantConfig) -> tuple[dict, dict] | None:
+def _load_params(store: Store, cfg: QuantConfig) -> tuple[dict, dict] | None:
     """(params, summary) of a finished training run of `cfg`, or None (missing or damaged)."""
     record = store.read_record(_run_dir(store, cfg), cfg.train_dict(), ("params",))
     if record is None:
@@ -185,7 +177,7 @@ def _setup(cfg: QuantConfig, corpus: Corpus) -> tuple[dict, Callable, Callable, 
     return params, init_opt, chunk, hp
 
 
-def program_text(cfg: QuantConfig, corpus: Corpus) -> str:
+def _program_text(cfg: QuantConfig, corpus: Corpus) -> str:
     """The StableHLO of `cfg`'s training (parameter init, optimizer init, one chunk) as jax
     lowers it before XLA compiles it for this CPU: the same text on every machine, so a change
     of the computation shows in it wherever it runs (the golden tests hash it)."""
@@ -226,7 +218,7 @@ def train(
     cfg: QuantConfig, corpus: Corpus, store: Store, progress: bool = True
 ) -> tuple[dict, dict]:
     """Train `cfg` (or load it from the store): (params, summary)."""
-    cached = load_params(store, cfg)
+    cached = _load_params(store, cfg)
     if cached is not None:
         return cached
     params, init_opt, chunk, hp = _setup(cfg, corpus)

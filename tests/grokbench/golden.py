@@ -40,10 +40,11 @@ import jax
 import numpy as np
 
 import tasks
-from grokbench import config, engine, quant, recipes, runtime
+from grokbench import config, engine, recipes, runtime
 from grokbench import versions as cache_versions
 from grokbench.quant import QuantConfig
-from grokbench.quant.train import program_text as quant_program_text
+from grokbench.quant.train import _program_text as quant_program_text
+from grokbench.quant.train import train as quant_train
 from grokbench.store import Store
 from tasks.quant import build_corpus
 
@@ -84,7 +85,7 @@ def _engine_case(cfg: config.RunConfig, names: tuple[str, ...]) -> Golden:
     for name in names:  # the engine's metrics are float32 columns
         assert out.metrics[name].dtype == np.float32, name
     values = {name: _floats(out.metrics[name]) for name in names}
-    return Golden(values, digest(engine.program_text([cfg])), config.config_hash(cfg))
+    return Golden(values, digest(engine._program_text([cfg])), config.config_hash(cfg))
 
 
 _STEP_METRICS = ("train_loss", "margin_mean", "adam_step", "param_norm")
@@ -119,7 +120,7 @@ def _quant_case() -> Golden:
         )
         corpus = build_corpus(cfg.corpus, cfg.level)
         root = pathlib.Path(tmp) / "results"
-        params, _ = quant.train(cfg, corpus, Store(root), progress=False)
+        params, _ = quant_train(cfg, corpus, Store(root), progress=False)
         with np.load(root / "quant" / "train" / cfg.train_hash() / "metrics.npz") as m:
             losses = m["train_loss"]
         program = digest(quant_program_text(cfg, corpus))
@@ -167,7 +168,7 @@ def mismatches(name: str, got: Golden, record: dict, fingerprint: str | None = N
     """What in `got` disagrees with `record` for case `name`, on `fingerprint` (default:
     this machine's): [] when it agrees. Programs and configs must match on every machine;
     values to the bit on a recorded fingerprint, else to the record's tolerance."""
-    fingerprint = runtime.fingerprint_id() if fingerprint is None else fingerprint
+    fingerprint = runtime._fingerprint_id() if fingerprint is None else fingerprint
     bump = "if intended, bump the cache version and re-record (tests/grokbench/golden.py)"
     out = []
     if got.config != record["configs"].get(name):
@@ -235,7 +236,7 @@ def _record_here(record: dict) -> dict:
     now = versions()
     bumped = record.get("versions") != now
     fingerprint = runtime.machine_fingerprint()
-    key = runtime.fingerprint_id(fingerprint)
+    key = runtime._fingerprint_id(fingerprint)
     if bumped:
         record["machines"] = {}
     values = {}
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         record.setdefault("tolerance", {"ulps": None, "reason": "set from the measured spread"})
         RECORD.write_text(json.dumps(_record_here(record), indent=1) + "\n", encoding="utf-8")
-        print(f"recorded {runtime.fingerprint_id()} ({runtime.isa_level()}) in {RECORD}")
+        print(f"recorded {runtime._fingerprint_id()} ({runtime.isa_level()}) in {RECORD}")
         return 0
     fingerprint = "an-unrecorded-machine" if args.as_unrecorded else None
     failures = [

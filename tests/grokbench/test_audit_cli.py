@@ -94,7 +94,7 @@ def test_kind_is_guessed_from_the_name():
         "mypkg:distill_kl": "kl",
         "mypkg:jsd": "js",
     }
-    assert {spec: audit.infer_kind(spec) for spec in guesses} == guesses
+    assert {spec: audit._infer_kind(spec) for spec in guesses} == guesses
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ def test_kinds_are_guessed_from_the_names():
         "numerics:cross_entropy": "ce",
         "numerics:soft_target_cross_entropy": "soft-target",
     }
-    assert {spec: audit.infer_kind(spec) for spec in guesses} == guesses
+    assert {spec: audit._infer_kind(spec) for spec in guesses} == guesses
     assert {"log-prob", "entropy"} <= set(audit.KIND_CALLS) == set(testing.KINDS)
 
 

@@ -69,4 +69,4 @@ def test_sink_kinds_are_guessed_from_the_name():
         "mypkg:off_by_one_softmax": "sink-softmax",
         "numerics:softmax": "softmax",  # the sink is a keyword: say --kind
     }
-    assert {spec: audit.infer_kind(spec) for spec in guesses} == guesses
+    assert {spec: audit._infer_kind(spec) for spec in guesses} == guesses

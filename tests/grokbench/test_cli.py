@@ -134,7 +134,7 @@ def test_overrides_may_follow_options(monkeypatch, tmp_path):
         return []
 
     monkeypatch.setattr(experiment, "run_configs", fake_run_configs)
-    monkeypatch.setattr(experiment, "format_table", lambda summaries: "")
+    monkeypatch.setattr(experiment, "_format_table", lambda summaries: "")
     argv = ["run", "fig2-top", "loss=fixed", "--quick", "seeds=2", "--results", str(tmp_path)]
     assert _main([*argv, "eps=1e-12"]) == 0
     assert [(c.loss, c.seed, c.eps, c.steps) for c in seen] == [

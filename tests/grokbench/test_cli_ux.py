@@ -19,6 +19,7 @@ import pytest
 from figures import fig1, fig7
 from figures._common import Context, Run
 from grokbench import cli, cliffs, console, engine, executors, experiment, metrics, store, sweep
+from grokbench.cli import app
 from grokbench.config import RunConfig, config_hash
 from grokbench.store import Store
 from tests.fakes import progress_columns
@@ -55,7 +56,7 @@ def fake_engine(monkeypatch):
                 on_chunk(min(chunk_steps, cfg.steps))
         n, n_tests = cfg.steps, cfg.steps // cfg.eval_every
         cols = {name: np.full(n, 0.5) for name in metrics.STEP_METRICS}
-        cols |= {name: np.full(n_tests, 0.5) for name in metrics.TEST_METRICS}
+        cols |= {name: np.full(n_tests, 0.5) for name in metrics._TEST_METRICS}
         cols |= {"step": np.arange(n), "test_step": cfg.eval_every * np.arange(1, n_tests + 1)}
         cols |= progress_columns(cfg, n_tests)
         return [engine.RunOutput(c, cols, 0.1) for c in configs]
@@ -172,7 +173,7 @@ def test_ray_connection_error_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_missing_ray_gives_the_install_line_for_a_clone(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(executors, "ray_available", lambda: False)
+    monkeypatch.setattr(executors, "_ray_available", lambda: False)
     assert _main(["sweep", "fig4", "--out", str(tmp_path), "--executor", "ray"]) == 2
     _one_line(capsys, "pip install -e '.[ray]'")
 
@@ -241,21 +242,21 @@ def test_precision_takes_numpy_names_and_stores_the_short_one():
 
 def test_forecast_speaks_once_when_the_work_is_long():
     said, now = [], iter([0.0, 10.0, 11.0, 12.0])
-    forecast = console.Forecast(
+    forecast = console._Forecast(
         10_000, "2 runs in 1 program", write=said.append, clock=lambda: next(now)
     )
     for _ in range(3):
         forecast.update(100)  # 100 run-steps per 10 s after the first chunk
     assert len(said) == 1 and said[0].startswith("planned: 2 runs in 1 program, 10,000 run-steps")
     assert "about 16.3 min more" in said[0]  # 9,800 run-steps left at 10 run-steps/s
-    quick = console.Forecast(1000, "x", write=said.append, clock=iter([0.0, 1.0]).__next__)
+    quick = console._Forecast(1000, "x", write=said.append, clock=iter([0.0, 1.0]).__next__)
     quick.update(100)
     quick.update(100)
     assert len(said) == 1 and quick.estimate == pytest.approx(8.0)
 
 
 def test_run_prints_the_plan_when_the_forecast_is_long(tmp_path, capsys, monkeypatch, fake_engine):
-    monkeypatch.setattr(console, "LONG", 0.0)  # every run is "long"
+    monkeypatch.setattr(console, "_LONG", 0.0)  # every run is "long"
     shape = ["p=7", "d_model=8", "n_heads=2", "steps=30", "eval_every=10", "seeds=1"]
     argv = ["run", "fig2-top", *shape, "loss=fixed", "--chunk", "10", "--results", str(tmp_path)]
     assert _main([*argv, "--no-progress"]) == 0
@@ -269,7 +270,7 @@ def test_bare_grokbench_lists_every_command_in_one_line_each(capsys):
     assert _main([]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: grokbench") and "parse, dispatch" not in err
-    parser = cli.build_parser()
+    parser = app._build_parser()
     commands = parser._subparsers._group_actions[0].choices
     for name, sub in commands.items():
         assert re.search(rf"^    {name} +\S", err, re.MULTILINE), name
@@ -349,8 +350,8 @@ def test_plurals():
 
 
 def test_cliffs_headers_are_separated():
-    row = cliffs.CliffRow("bfloat16", 8, 5.5, 5.6, 4.0, 87.5, -3.8e-3, -3.8e-3)
-    header = cliffs.format_table([row]).splitlines()[0]
+    row = cliffs._CliffRow("bfloat16", 8, 5.5, 5.6, 4.0, 87.5, -3.8e-3, -3.8e-3)
+    header = cliffs._format_table([row]).splitlines()[0]
     assert len(re.split(r"\s{2,}", header.strip())) == 8, header
 
 

@@ -42,7 +42,7 @@ def test_cli_rejects_unknown_dtype(capsys):
     assert "unknown dtype" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", cliffs.FLOAT8_DTYPES)
+@pytest.mark.parametrize("name", cliffs._FLOAT8_DTYPES)
 def test_float8_rows(name):
     # issue 32: float8 is a storage format. The fixed loss computes in float32 and rounds
     # its gradient once to float8, so it is 0 exactly where e^-m / (1 + e^-m) rounds to 0:

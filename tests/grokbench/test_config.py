@@ -6,14 +6,14 @@ import pytest
 
 from grokbench import recipes
 from grokbench.config import (
-    VMAPPED,
+    _VMAPPED,
     ConfigError,
     RunConfig,
+    _parse_value,
     config_hash,
     group_key,
     identity,
     parse_overrides,
-    parse_value,
 )
 
 REQUIRED_RECIPES = [
@@ -162,7 +162,7 @@ def test_invalid_configs_raise(changes, match):
 
 
 def test_parse_value_is_typed():
-    assert parse_value("p", "113") == 113 and isinstance(parse_value("lr", "1"), float)
+    assert _parse_value("p", "113") == 113 and isinstance(_parse_value("lr", "1"), float)
 
 
 def test_hash_is_stable_and_type_normalized():
@@ -173,7 +173,7 @@ def test_hash_is_stable_and_type_normalized():
 
 def test_group_key_ignores_only_vmapped_fields():
     base = RunConfig()
-    for name in VMAPPED:
+    for name in _VMAPPED:
         value = getattr(base, name)
         other = dataclasses.replace(base, **{name: value + 1 if name == "seed" else value / 2})
         assert group_key(other) == group_key(base), name

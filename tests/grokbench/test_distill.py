@@ -86,7 +86,7 @@ def _check_fixed(s, fixed):
     # compiled already) against the teacher's, in the student's parameter dtype.
     cfg = _config(fixed)
     teacher = s.load_params(distill.teacher_config(cfg))
-    (out,) = distill.train([cfg], [teacher], progress=False)
+    (out,) = distill._train([cfg], [teacher], progress=False)
     dtype = get_precision(cfg.precision).param_dtype
     assert set(out.params) == set(teacher)
     for name, x in out.params.items():
@@ -101,7 +101,7 @@ def _check_standard(s, standard):
     assert 1e-4 < standard["residual_gradient"] < 1e-1
     assert standard["max_param_distance"] > 1e-3 and standard["kl_max"] > 0
     m = store.load_metrics(s.run_dir(_config(standard)))
-    assert set(m) == {"step", "test_step", *distill.DISTILL_METRICS}
+    assert set(m) == {"step", "test_step", *distill._DISTILL_METRICS}
     for name, column in m.items():
         assert column.shape == (10,), name
     np.testing.assert_array_equal(m["test_step"], np.arange(10))
@@ -184,5 +184,5 @@ def test_format_table_shows_the_distill_columns():
         "min_test_accuracy": 0.9,
         "seconds": 1.0,
     }
-    header = experiment.format_table([summary]).splitlines()[0].split()
+    header = experiment._format_table([summary]).splitlines()[0].split()
     assert header == "seed residual kl_final kl_max max_dist test_acc min_acc sec".split()

@@ -45,7 +45,7 @@ def batched():
 def test_columns_and_shapes(batched):
     m = batched[0].metrics
     progress = fourier.columns(batched[0].config)
-    assert set(m) == {"step", "test_step", *metrics.STEP_METRICS, *metrics.TEST_METRICS, *progress}
+    assert set(m) == {"step", "test_step", *metrics.STEP_METRICS, *metrics._TEST_METRICS, *progress}
     assert m["logit_freq_share"].shape == m["embed_freq_norm"].shape == (2, TINY.p // 2)
     assert all(np.isfinite(m[k]).all() for k in progress)
     for name in ("step", *metrics.STEP_METRICS):
@@ -318,8 +318,8 @@ def test_warmup_and_eq_output():
     model = build_model(cfg.model_config())
     params = model.init(jax.random.key(0), jnp.float32)
     assert params["w_u"].shape == (TINY.d_model, TINY.p + 1)
-    np.testing.assert_allclose(engine.warmup(jnp.float32(2.0), jnp.int32(1), 4), 0.5)
-    assert engine.warmup(jnp.float32(2.0), jnp.int32(9), 4) == 2.0
+    np.testing.assert_allclose(engine._warmup(jnp.float32(2.0), jnp.int32(1), 4), 0.5)
+    assert engine._warmup(jnp.float32(2.0), jnp.int32(9), 4) == 2.0
 
 
 def test_init_scales():

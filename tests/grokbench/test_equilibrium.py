@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from grokbench import cli, engine, equilibrium, experiment, metrics
+from grokbench import balance, cli, engine, equilibrium, experiment, metrics
 from grokbench.config import RunConfig
 from grokbench.store import Store
 from grokbench.summary import summarize
@@ -47,15 +47,15 @@ def _metrics(margin):
 
 
 def test_plateau_found():
-    verdict = equilibrium.plateau(_approach(18.42))
-    assert verdict.plateaued and abs(verdict.drift) < equilibrium.PLATEAU_DRIFT
+    verdict = equilibrium._plateau(_approach(18.42))
+    assert verdict.plateaued and abs(verdict.drift) < equilibrium._PLATEAU_DRIFT
     assert verdict.value == pytest.approx(18.42, abs=0.02)
     # Within 0.5 of 18.42 once (18.42 + 3) e^(-t / 300) < 0.5: t > 300 ln(42.84) = 1128.
     assert 1100 <= verdict.step <= 1160
 
 
 def test_plateau_not_found_while_climbing():
-    verdict = equilibrium.plateau(_climb())
+    verdict = equilibrium._plateau(_climb())
     assert not verdict.plateaued and verdict.step is None
     assert verdict.drift == pytest.approx(10.0)
     assert verdict.final == pytest.approx(-3.0 + 10e-3 * (N - 1))
@@ -63,14 +63,14 @@ def test_plateau_not_found_while_climbing():
 
 def test_slow_drift_is_judged_by_the_rule():
     slow = _approach(18.0) + 0.4e-3 * np.arange(N)  # 0.4 nats per 1,000 steps
-    assert equilibrium.plateau(slow).plateaued
-    assert not equilibrium.plateau(_approach(18.0) + 0.6e-3 * np.arange(N)).plateaued
+    assert equilibrium._plateau(slow).plateaued
+    assert not equilibrium._plateau(_approach(18.0) + 0.6e-3 * np.arange(N)).plateaued
 
 
 def test_nan_tail_is_not_a_plateau():
     margin = _approach(18.0)
     margin[-10:] = np.nan
-    assert not equilibrium.plateau(margin).plateaued
+    assert not equilibrium._plateau(margin).plateaued
 
 
 def test_diverged_run_stops_at_its_peak():
@@ -79,7 +79,7 @@ def test_diverged_run_stops_at_its_peak():
     margin = _climb(rate=30e-3)
     margin[2790:2800] -= 1.0  # a dip before it breaks: the peak is before it
     margin[2800:] = np.nan
-    verdict = equilibrium.plateau(margin)
+    verdict = equilibrium._plateau(margin)
     assert not verdict.plateaued and verdict.diverged
     assert verdict.stop_step == 2789 and verdict.stop == pytest.approx(-3.0 + 30e-3 * 2789)
     assert verdict.peak == verdict.stop
@@ -92,7 +92,7 @@ def test_diverged_run_stops_at_its_peak():
 
 
 def test_climbing_run_reports_its_peak():
-    verdict = equilibrium.plateau(_climb())
+    verdict = equilibrium._plateau(_climb())
     assert verdict.stop == verdict.peak == verdict.final and verdict.stop_step == N - 1
 
 
@@ -206,7 +206,7 @@ def test_balance_terms_on_a_homogeneous_model():
         weight_decay=0.5,
     )
     params = build_model(cfg.model_config()).init(jax.random.key(0), np.float32)
-    terms = equilibrium.balance_terms(cfg, params)
+    terms = balance.balance_terms(cfg, params)
     data = engine.load_data(cfg)
     z = np.asarray(build_model(cfg.model_config()).apply(params, data.x_train), np.float64)
     y = np.asarray(data.y_train)
@@ -219,9 +219,9 @@ def test_balance_terms_on_a_homogeneous_model():
     flat = np.concatenate([np.ravel(np.asarray(w, np.float64)) for w in params.values()])
     assert terms["balance_norm"] == pytest.approx(np.sum(flat**2 / (1 - 0.5 * np.abs(flat))))
     # No balance without weight decay or eps; the prediction: log(1/eps) + log(D / (lambda S)).
-    assert equilibrium.balance_terms(dataclasses.replace(cfg, weight_decay=0.0), params) is None
-    assert equilibrium.balance_margin(cfg, 2.0, 4.0) == pytest.approx(-math.log(1e-8))
-    assert equilibrium.balance_margin(cfg, None, 4.0) is None
+    assert balance.balance_terms(dataclasses.replace(cfg, weight_decay=0.0), params) is None
+    assert balance.balance_margin(cfg, 2.0, 4.0) == pytest.approx(-math.log(1e-8))
+    assert balance.balance_margin(cfg, None, 4.0) is None
 
 
 def test_group_rows_carry_the_balance_prediction():

@@ -38,7 +38,7 @@ def test_ray_executor_matches_local(tmp_path):
     pytest.importorskip("ray")
     configs = sweep.expand_grid("fig4", GRID)
     local = sweep.run_sweep(configs, tmp_path / "local", max_batch=2, progress=False)
-    ray_exec = executors.RayExecutor(num_cpus=1)
+    ray_exec = executors._RayExecutor(num_cpus=1)
     remote = sweep.run_sweep(
         configs, tmp_path / "ray", executor=ray_exec, max_batch=2, progress=False
     )
@@ -63,5 +63,5 @@ def test_local_executor_reports_run_steps():
 
 
 def test_ray_is_an_optional_import():
-    assert executors.ray_available() == (importlib.util.find_spec("ray") is not None)
+    assert executors._ray_available() == (importlib.util.find_spec("ray") is not None)
     assert executors.EXECUTORS == ("local", "ray")

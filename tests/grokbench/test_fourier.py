@@ -49,7 +49,7 @@ def _measure(task: str, table: np.ndarray) -> dict:
 def test_a_pure_circuit_is_one_key_frequency(task):
     table = _circuit(task, k=3)
     m = _measure(task, table)
-    assert fourier.key_frequencies(m["logit_freq_share"]) == [3]
+    assert fourier._key_frequencies(m["logit_freq_share"]) == [3]
     np.testing.assert_allclose(m["logit_freq_share"][2], 1.0, rtol=1e-5)
     labels = np.asarray(
         [(a + fourier.FOURIER_TASKS[task] * b) % P for a in range(P) for b in range(P)]
@@ -61,16 +61,16 @@ def test_a_pure_circuit_is_one_key_frequency(task):
 
 def test_the_other_sign_and_noise_have_no_key_frequency():
     m = _measure("a+b", _circuit("a-b", k=2))  # a - b's circuit seen as a + b's
-    assert fourier.key_frequencies(m["logit_freq_share"]) == []
+    assert fourier._key_frequencies(m["logit_freq_share"]) == []
     noise = np.random.default_rng(1).normal(size=(P * P, P)).astype(np.float32)
     m = _measure("a+b", noise)
-    assert fourier.key_frequencies(m["logit_freq_share"]) == []
+    assert fourier._key_frequencies(m["logit_freq_share"]) == []
     assert m["logit_freq_share"].sum() < 0.5
 
 
 def test_gini_and_weight_norms():
-    np.testing.assert_allclose(fourier.gini(np.ones(8, np.float32)), 0.0, atol=1e-7)
-    np.testing.assert_allclose(fourier.gini(np.eye(1, 8, 3, dtype=np.float32)[0]), 7 / 8)
+    np.testing.assert_allclose(fourier._gini(np.ones(8, np.float32)), 0.0, atol=1e-7)
+    np.testing.assert_allclose(fourier._gini(np.eye(1, 8, 3, dtype=np.float32)[0]), 7 / 8)
     m = _measure("a+b", _circuit("a+b", 1))
     assert m["weight_sq"] == pytest.approx(m["weight_sq_embed"] + m["weight_sq_unembed"])
     mlp = RunConfig(task="a^2+b^2", p=97, model="mlp", progress_measures=True)

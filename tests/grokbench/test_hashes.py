@@ -22,6 +22,7 @@ import sys
 from grokbench import quant, recipes, versions
 from grokbench.config import config_hash
 from grokbench.quant import QuantConfig
+from grokbench.quant.recipes import QUANT_RECIPES
 from tests.grokbench import golden
 
 RECORD = pathlib.Path(__file__).with_name("stored_hashes.json")
@@ -54,7 +55,7 @@ def _quant_fields() -> list[dict]:
         configs += quant.quant_configs(True, None, recipe)
         configs += quant.quant_configs(False, None, recipe)  # the encoder's at full scale
     for name in ("quant-constant-lr", "quant-mechanisms"):  # full scale: new runs of issue 44
-        configs += quant.quant_configs(False, None, quant.QUANT_RECIPES[name])
+        configs += quant.quant_configs(False, None, QUANT_RECIPES[name])
     default = QuantConfig().to_dict()
     return [{k: v for k, v in c.to_dict().items() if v != default[k]} for c in configs]
 

@@ -93,7 +93,7 @@ def test_laprop_matches_hand_computed_rule(dtype, rtol, track_sqrt_v):
     with _x64_context(dtype):
         params = _tree(rng, dtype)
         grads = [_tree(rng, dtype) for _ in range(4)]
-        tx = opt.laprop(
+        tx = opt._laprop(
             hyper["lr"],
             b1=hyper["b1"],
             b2=hyper["b2"],
@@ -114,8 +114,8 @@ def test_track_sqrt_v_equals_plain_without_underflow():
     rng = np.random.default_rng(2)
     params = _tree(rng, jnp.float32)
     grads = [_tree(rng, jnp.float32, scale=10.0 ** (-3 * i)) for i in range(6)]  # 1 .. 1e-15
-    plain, _, s_plain = _run(opt.laprop(1e-3, eps=1e-20), params, grads)
-    tracked, _, s_tracked = _run(opt.laprop(1e-3, eps=1e-20, track_sqrt_v=True), params, grads)
+    plain, _, s_plain = _run(opt._laprop(1e-3, eps=1e-20), params, grads)
+    tracked, _, s_tracked = _run(opt._laprop(1e-3, eps=1e-20, track_sqrt_v=True), params, grads)
     for u, r in zip(tracked, plain, strict=True):
         for k in u:
             np.testing.assert_allclose(u[k], r[k], rtol=1e-5)
@@ -130,8 +130,8 @@ def test_track_sqrt_v_survives_fp32_gradient_underflow():
     assert np.float32(g_value) ** 2 == 0  # the underflow this mode exists for
     params = {"w": jnp.ones((3,), jnp.float32)}
     grads = [{"w": jnp.asarray([1e-30, -3e-30, 0.0], jnp.float32)}] * 3
-    tracked, _, _ = _run(opt.laprop(1.0, eps=0.0, track_sqrt_v=True), params, grads)
-    plain, _, _ = _run(opt.laprop(1.0, eps=0.0), params, grads)
+    tracked, _, _ = _run(opt._laprop(1.0, eps=0.0, track_sqrt_v=True), params, grads)
+    plain, _, _ = _run(opt._laprop(1.0, eps=0.0), params, grads)
     # Constant g: every bias-corrected step is -sign(g) exactly in the limit; 0 stays 0.
     for u in tracked:
         np.testing.assert_allclose(u["w"], [-1.0, 1.0, 0.0], rtol=1e-6)
@@ -149,7 +149,7 @@ def test_laprop_eps_zero_survives_flush_to_zero():
     g = jnp.asarray([2e-38, -5e-38, 1e-37, 0.0], jnp.float32)  # normal fp32 gradients
     assert float(np.sqrt(np.float32(0.02)) * np.float32(2e-38)) < np.finfo(np.float32).tiny
     params = {"w": jnp.ones((4,), jnp.float32)}
-    tx = opt.laprop(1.0, b2=0.98, eps=0.0, track_sqrt_v=True)
+    tx = opt._laprop(1.0, b2=0.98, eps=0.0, track_sqrt_v=True)
     updates, _, _ = jax.jit(lambda p, gs: _run(tx, p, gs))(params, [{"w": g}] * 3)
     for t, u in enumerate(updates, 1):
         w = np.asarray(u["w"])
@@ -165,7 +165,9 @@ def test_laprop_ratio_bound_is_the_exact_worst_case():
     """A first gradient after zeros reaches sqrt((1 - b2^t) / (1 - b2)) and the clip keeps it."""
     b2 = 0.98
     grads = [{"w": jnp.zeros((1,), jnp.float32)}] * 4 + [{"w": jnp.ones((1,), jnp.float32)}]
-    updates, _, _ = _run(opt.scale_by_laprop(b1=0.0, b2=b2, eps=0.0), {"w": jnp.zeros((1,))}, grads)
+    updates, _, _ = _run(
+        opt._scale_by_laprop(b1=0.0, b2=b2, eps=0.0), {"w": jnp.zeros((1,))}, grads
+    )
     np.testing.assert_allclose(updates[-1]["w"], np.sqrt((1 - b2**5) / (1 - b2)), rtol=1e-6)
 
 
@@ -174,8 +176,8 @@ def test_laprop_ratio_bound_is_the_exact_worst_case():
     [
         lambda: opt.adam(1e-3, eps=0.0),
         lambda: opt.adamw(1e-3, eps=0.0, weight_decay=0.0),
-        lambda: opt.laprop(1e-3, eps=0.0),
-        lambda: opt.laprop(1e-3, eps=0.0, track_sqrt_v=True),
+        lambda: opt._laprop(1e-3, eps=0.0),
+        lambda: opt._laprop(1e-3, eps=0.0, track_sqrt_v=True),
     ],
 )
 def test_eps_zero_zero_gradient_gives_zero_step(make):
@@ -192,7 +194,11 @@ def test_eps_zero_zero_gradient_gives_zero_step(make):
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: opt.adam(1e-3), lambda: opt.laprop(1e-3), lambda: opt.laprop(1e-3, track_sqrt_v=True)],
+    [
+        lambda: opt.adam(1e-3),
+        lambda: opt._laprop(1e-3),
+        lambda: opt._laprop(1e-3, track_sqrt_v=True),
+    ],
 )
 def test_nan_gradient_gives_nan_step(make):
     params = {"w": jnp.ones((2,), jnp.float32)}
@@ -203,13 +209,13 @@ def test_nan_gradient_gives_nan_step(make):
 _DTYPE_CASES = [
     lambda: opt.adam(1e-3, b2=0.98),
     lambda: opt.adamw(1e-3, b2=0.98, weight_decay=1.0),
-    lambda: opt.laprop(1e-3, weight_decay=1.0),
-    lambda: opt.laprop(1e-3, weight_decay=1.0, track_sqrt_v=True),
+    lambda: opt._laprop(1e-3, weight_decay=1.0),
+    lambda: opt._laprop(1e-3, weight_decay=1.0, track_sqrt_v=True),
     # Array hyperparameters (what a vmapped sweep passes) must not upcast either.
     lambda: opt.adamw(
         jnp.float32(1e-3), b2=jnp.float32(0.98), eps=jnp.float32(1e-8), weight_decay=jnp.float32(1)
     ),
-    lambda: opt.laprop(jnp.float32(1e-3), eps=jnp.float32(0), weight_decay=jnp.float32(1)),
+    lambda: opt._laprop(jnp.float32(1e-3), eps=jnp.float32(0), weight_decay=jnp.float32(1)),
 ]
 
 
@@ -248,10 +254,10 @@ def test_vmap_over_eps_and_weight_decay():
 
 def test_chainable_with_optax():
     params = {"w": jnp.asarray([3.0, 4.0], jnp.float32)}
-    tx = optax.chain(optax.scale(0.5), opt.scale_by_laprop(track_sqrt_v=True))
+    tx = optax.chain(optax.scale(0.5), opt._scale_by_laprop(track_sqrt_v=True))
     updates, state = tx.update({"w": jnp.asarray([1.0, -1.0], jnp.float32)}, tx.init(params))
     np.testing.assert_allclose(updates["w"], [1.0, -1.0], rtol=1e-6)
-    assert isinstance(state[1], opt.ScaleByLaPropState)
+    assert isinstance(state[1], opt._ScaleByLaPropState)
 
 
 def test_rejects_schedules():
@@ -263,7 +269,7 @@ def test_rejects_schedules():
 def test_update_moment_matches_optax(order):
     rng = np.random.default_rng(3)
     grads, moments = _tree(rng, jnp.float32), _tree(rng, jnp.float32)
-    ours = opt.update_moment(grads, moments, 0.98, order)
+    ours = opt._update_moment(grads, moments, 0.98, order)
     ref = optax.tree.update_moment(grads, moments, 0.98, order)
     for k in ours:
         np.testing.assert_array_equal(ours[k], ref[k])
@@ -275,7 +281,8 @@ def test_apply_is_the_chain(name):
     h = {"b1": 0.9, "b2": 0.98, "eps": 1e-8}
     rng = np.random.default_rng(4)
     params, grads = _tree(rng, jnp.float32), [_tree(rng, jnp.float32) for _ in range(3)]
-    _, ref, _ = _run(getattr(opt, name)(1e-3, weight_decay=0.5, **h), params, grads)
+    chain = {"adamw": opt.adamw, "laprop": opt._laprop}[name]
+    _, ref, _ = _run(chain(1e-3, weight_decay=0.5, **h), params, grads)
     tx = opt.scale_by_direction(name, **h)
     state = tx.init(params)
     for g in grads:

@@ -5,14 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grokbench.precision import DTYPES, Precision, get_precision, precision_scope
+from grokbench.precision import _DTYPES, Precision, get_precision, precision_scope
 
 
 @pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "fp64"])
 def test_single_names_set_both_dtypes(name):
     policy = get_precision(name)
     assert policy.name == name
-    assert policy.param_dtype == policy.compute_dtype == DTYPES[name]
+    assert policy.param_dtype == policy.compute_dtype == _DTYPES[name]
 
 
 def test_mixed_name_keeps_dtypes_separate():
@@ -61,7 +61,7 @@ def test_x64_off_inside_other_scopes(name, x64):
 
 
 def test_casts_floats_only():
-    policy = Precision("fp32/bf16", DTYPES["fp32"], DTYPES["bf16"])
+    policy = Precision("fp32/bf16", _DTYPES["fp32"], _DTYPES["bf16"])
     tree = {"w": jnp.ones((2,), jnp.float32), "tokens": jnp.zeros((2,), jnp.int32)}
     compute = policy.cast_to_compute(tree)
     assert compute["w"].dtype == jnp.bfloat16 and compute["tokens"].dtype == jnp.int32

@@ -12,7 +12,7 @@ from grokbench.cli import main
 from grokbench.config import ConfigError
 from grokbench.quant import QuantConfig, parse_quant_overrides, quant_configs, run_quant
 from grokbench.quant import table as quant_table
-from grokbench.quant.recipes import QUANT, QUICK
+from grokbench.quant.recipes import _QUICK, QUANT
 from grokbench.quant.train import train_batches
 from tasks import quant as tasks_quant
 
@@ -190,7 +190,7 @@ def test_overrides_and_recipe_expansion():
         ("decoder", "gated", 10),
         ("decoder", "clipped", 10),
     ]
-    assert configs[0].d_model == QUICK["d_model"]
+    assert configs[0].d_model == _QUICK["d_model"]
     assert [c.variant for c in quant_configs()] == [
         *("vanilla", "clipped", "gated_mlp"),  # BERT's MLP gate
         *("vanilla", "clipped", "gated"),  # OPT's linear gate
@@ -202,7 +202,7 @@ def test_overrides_and_recipe_expansion():
     assert (
         over["alpha"] == (2.0, 4.0)
         and over["zeta"] == 1.0
-        and quant_table.sweep_axes(quant_configs(False, over)) == ("alpha",)
+        and quant_table._sweep_axes(quant_configs(False, over)) == ("alpha",)
     )
     assert [c.alpha for c in quant_configs(False, over)] == [2.0, 4.0]
     over = parse_quant_overrides(["variants=gated", "ln_weight_decay=true,false"])
@@ -228,7 +228,7 @@ def test_quick_recipe_at_tiny_size(tmp_path):
     """`grokbench quant --quick`'s path (its QUICK settings) shrunk to a few steps, on the
     decoder with two variants the recipe leaves out, on the delimited corpus with a noisy
     [BOS]; the full-size quick recipe is the slow test above."""
-    recipe = dataclasses.replace(QUANT, quick={**QUICK, **_TINY_QUICK})
+    recipe = dataclasses.replace(QUANT, quick={**_QUICK, **_TINY_QUICK})
     variants = ("gated_all_heads", "clipped_gated")
     overrides = {
         "families": ("decoder",),

@@ -17,9 +17,9 @@ def test_fingerprint_names_what_decides_the_bits():
     fingerprint = runtime.machine_fingerprint()
     for key in ("backend", "jax", "jaxlib", "machine", "cpu", "isa", "cores", "caches"):
         assert fingerprint[key], key
-    assert runtime.fingerprint_id(fingerprint) == runtime.fingerprint_id()
+    assert runtime._fingerprint_id(fingerprint) == runtime._fingerprint_id()
     for key in fingerprint:  # every field is part of the id
-        assert runtime.fingerprint_id({**fingerprint, key: "other"}) != runtime.fingerprint_id()
+        assert runtime._fingerprint_id({**fingerprint, key: "other"}) != runtime._fingerprint_id()
 
 
 @pytest.mark.skipif(not X86, reason="x86-64's --xla_cpu_max_isa levels")
@@ -73,7 +73,7 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     GROKBENCH_COMPILATION_CACHE=off: nothing persists between processes."""
     path, programs, cached = _compile_in_a_new_process(tmp_path, "")
     assert pathlib.Path(path).parent == tmp_path / "xdg" / "grokbench" / "jax"
-    assert pathlib.Path(path).name == runtime.fingerprint_id() and programs >= 1 and cached == 0
+    assert pathlib.Path(path).name == runtime._fingerprint_id() and programs >= 1 and cached == 0
     assert _compile_in_a_new_process(tmp_path, "") == (path, programs, programs)
     for _ in range(2):
         path, programs, cached = _compile_in_a_new_process(tmp_path, "off")

@@ -26,7 +26,7 @@ def _spike(loss, acc, at, height, width=20):
 
 def test_smooth_decay_has_no_spikes():
     loss, acc = _curve()
-    assert slingshot.count_spikes(loss, acc) == 0
+    assert slingshot._count_spikes(loss, acc) == 0
 
 
 def test_counts_each_spike_once():
@@ -39,20 +39,20 @@ def test_counts_each_spike_once():
 def test_small_bumps_below_the_floor_do_not_count():
     loss, acc = _curve(plateau=1e-8)
     loss, acc = _spike(loss, acc, 800, height=1e-5)  # 1000x the minimum, but tiny
-    assert slingshot.count_spikes(loss, acc) == 0
+    assert slingshot._count_spikes(loss, acc) == 0
 
 
 def test_loss_staying_high_is_one_spike():
     loss, acc = _curve()
     loss[700:] = 0.3
-    assert slingshot.count_spikes(loss, acc) == 1
+    assert slingshot._count_spikes(loss, acc) == 1
 
 
 def test_jitter_around_threshold_counts_once():
     loss, acc = _curve(plateau=1e-5)
-    threshold = slingshot.SPIKE_FLOOR
+    threshold = slingshot._SPIKE_FLOOR
     loss[900:960] = threshold * np.where(np.arange(60) % 2 == 0, 1.2, 0.8)  # within hysteresis
-    assert slingshot.count_spikes(loss, acc) == 1
+    assert slingshot._count_spikes(loss, acc) == 1
 
 
 def test_oscillating_burst_is_one_spike():
@@ -69,29 +69,29 @@ def test_slow_drift_above_the_floor_is_not_a_spike():
     loss, acc = _curve(plateau=1e-4)
     loss[1000:1300] = np.geomspace(1e-4, 3e-3, 300)
     loss[1300:] = 3e-3
-    assert slingshot.count_spikes(loss, acc) == 0
-    assert slingshot.count_spikes(loss, acc, window=400) == 1
+    assert slingshot._count_spikes(loss, acc) == 0
+    assert slingshot._count_spikes(loss, acc, window=400) == 1
 
 
 def test_spikes_before_memorization_do_not_count():
     loss, acc = _curve(mem=1200)
     loss, acc = _spike(loss, acc, 600, height=0.5)
     assert slingshot.memorization_step(acc) == 1200
-    assert slingshot.count_spikes(loss, acc) == 0
+    assert slingshot._count_spikes(loss, acc) == 0
 
 
 def test_never_memorized():
     loss, acc = _curve()
     acc = np.minimum(acc, 0.99)
     assert slingshot.memorization_step(acc) is None
-    assert slingshot.count_spikes(loss, acc) == 0
+    assert slingshot._count_spikes(loss, acc) == 0
 
 
 def test_rule_parameters_matter():
     loss, acc = _curve()
     loss, acc = _spike(loss, acc, 1000, height=5e-4)
-    assert slingshot.count_spikes(loss, acc) == 0  # below the default floor
-    assert slingshot.count_spikes(loss, acc, floor=1e-4) == 1
+    assert slingshot._count_spikes(loss, acc) == 0  # below the default floor
+    assert slingshot._count_spikes(loss, acc, floor=1e-4) == 1
 
 
 def test_summary_fields():

@@ -14,7 +14,7 @@ PLAIN = RunConfig(p=7, steps=20, eval_every=10)
 
 def _student_metrics(n: int) -> dict[str, np.ndarray]:
     """Plausible distillation columns: KL and drift growing from 0, accuracy dropping."""
-    cols = {name: np.linspace(0.0, 1.0, n) for name in distill.DISTILL_METRICS}
+    cols = {name: np.linspace(0.0, 1.0, n) for name in distill._DISTILL_METRICS}
     cols["kl"] = np.array([0.0, 1e-9, 3e-8, 2e-7, 1e-7, 5e-8])[:n]
     cols["logit_grad_max"] = np.geomspace(3e-4, 1e-2, n)
     cols["test_acc"] = np.linspace(1.0, 0.8, n)
@@ -23,12 +23,12 @@ def _student_metrics(n: int) -> dict[str, np.ndarray]:
 
 
 def test_each_kind_of_run_has_its_version():
-    assert summary.summary_version(STUDENT) == versions.DISTILL_SUMMARY_VERSION
-    assert summary.summary_version(PLAIN) == versions.SUMMARY_VERSION
+    assert summary._summary_version(STUDENT) == versions.DISTILL_SUMMARY_VERSION
+    assert summary._summary_version(PLAIN) == versions.SUMMARY_VERSION
     for cfg in (STUDENT, PLAIN):
-        assert summary.is_current({"summary_version": summary.summary_version(cfg)}, cfg)
-        assert not summary.is_current({}, cfg)
-        assert not summary.is_current({"summary_version": -1}, cfg)
+        assert summary._is_current({"summary_version": summary._summary_version(cfg)}, cfg)
+        assert not summary._is_current({}, cfg)
+        assert not summary._is_current({"summary_version": -1}, cfg)
 
 
 def test_a_distillation_summary_reads_its_own_metrics():
