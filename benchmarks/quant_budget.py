@@ -166,7 +166,9 @@ def _run_family(
             break
         t0 = time.perf_counter()
         over = {**SIZE, **user, "families": (family,), "variants": variants, "steps": steps}
-        table = run_quant(False, out, over, args.results, progress=False)
+        table = run_quant(
+            quick=False, out=out, overrides=over, results=args.results, progress=False
+        )
         row = table["rows"][-1]
         print(
             f"   {row['label']}: FP {row['fp_perplexity']:.3f}, max inf-norm "

@@ -38,38 +38,63 @@ def _writable(args: argparse.Namespace, *options: str) -> None:
             check_writable_dir(path.parent if option == "json" else path, f"--{option}")
 
 
-def _configs(args: argparse.Namespace) -> list:
-    """The runs of `run`/`sweep` RECIPE key=value ..."""
-    from grokbench import recipes, sweep
+def _configs(args: argparse.Namespace) -> tuple:
+    """The lab of `run`/`sweep` RECIPE (`grokbench.labs`) and its runs with the key=value
+    overrides."""
+    from grokbench import labs
     from grokbench.config import ConfigError
 
-    if args.recipe not in recipes.RECIPES:
+    if args.recipe not in labs.recipe_names():
         from figures import build
 
-        recipes.check_name(args.recipe, build.names())
+        labs.lab_for(args.recipe, build.names())
+    lab = labs.lab_for(args.recipe)
     for option in ("chunk", "batch"):
         if getattr(args, option, None) is not None and getattr(args, option) < 1:
             raise ConfigError(f"--{option} must be >= 1")
-    return sweep.expand_grid(args.recipe, args.overrides, quick=args.quick)
+    return lab, lab.configs(args.recipe, quick=args.quick, overrides=args.overrides)
+
+
+def _draw_quant(table: dict, out: pathlib.Path) -> list[pathlib.Path]:
+    from figures.quant import draw_quant_figures
+
+    return draw_quant_figures(table, out)
+
+
+_DRAW = {"quant": _draw_quant}
+"""The figures a lab's runs draw into OUT beside its files (the face's: only it imports
+`figures`)."""
+
+
+def _wrote(lab, runs: object, out: pathlib.Path, files: list[pathlib.Path]) -> str:
+    """Draw the lab's figures into OUT; the 'wrote ...' line naming `files` and them."""
+    images = _DRAW[lab.name](runs, out) if lab.name in _DRAW else []
+    if not images:
+        return f"wrote {' and '.join(str(f) for f in files)}"
+    return "wrote " + ", ".join([*(str(f) for f in files), *(p.name for p in images)])
 
 
 def run(args: argparse.Namespace) -> int:
     """train a recipe, cached per run config
 
     Train RECIPE with typed key=value overrides (key=v1,v2 sweeps a key; seeds=N runs N
-    seeds, batched). Finished runs are loaded from the store, not retrained.
+    seeds, batched). Finished runs are loaded from the store, not retrained. A quant-lab
+    recipe prints, and with --out writes, what `grokbench quant` does.
     """
-    from grokbench import experiment
     from grokbench.store import Store
 
-    configs = _configs(args)
+    lab, configs = _configs(args)
     _writable(args, "results", "out")
-    summaries = experiment.run_configs(
-        configs, Store(args.results), progress=not args.no_progress, chunk_steps=args.chunk
+    runs = lab.train(
+        configs,
+        Store(args.results),
+        quick=args.quick,
+        progress=not args.no_progress,
+        chunk_steps=args.chunk,
     )
-    print(experiment.format_results(summaries, args.recipe, args.quick))
+    print(lab.summarise(runs, args.recipe, args.quick))
     if args.out is not None:
-        print(f"wrote {experiment.write_out(args.out, summaries)}")
+        print(_wrote(lab, runs, args.out, lab.write(args.out, runs)))
     return 0
 
 
@@ -79,25 +104,26 @@ def sweep(args: argparse.Namespace) -> int:
     Train the cartesian product of RECIPE's grid and the key=v1,v2 overrides into OUT
     (OUT/runs/HASH per run, OUT/summary.json, OUT/sweep.csv). Runs that share shapes are
     trained as one vmapped program, the rest one after another. Safe to kill and rerun:
-    finished runs are kept, unfinished ones redone. One sweep per OUT at once.
+    finished runs are kept, unfinished ones redone. One sweep per OUT at once. A quant-lab
+    recipe stores its runs under OUT/quant/ and writes `grokbench quant`'s table and figures.
     """
-    from grokbench import executors, experiment
-    from grokbench import sweep as sweeps
+    from grokbench import executors
 
-    configs = _configs(args)
+    lab, configs = _configs(args)
     executor = executors.from_options(args.executor, args.ray_address)
     _writable(args, "out")
     with executors.ray_errors(executor):
-        summaries = sweeps.run_sweep(
+        runs = lab.sweep(
             configs,
             args.out,
+            quick=args.quick,
             executor=executor,
             max_batch=args.batch,
             chunk_steps=args.chunk,
             progress=not args.no_progress,
         )
-    print(experiment.format_results(summaries, args.recipe, args.quick))
-    print(f"wrote {args.out / 'summary.json'} and {args.out / sweeps.TABLE_FILE}")
+    print(lab.summarise(runs, args.recipe, args.quick))
+    print(_wrote(lab, runs, args.out, [args.out / name for name in lab.sweep_files]))
     return 0
 
 
@@ -155,33 +181,40 @@ def quant(args: argparse.Namespace) -> int:
     OUT/quant_table.md and OUT/quant_*.png. Overrides are grokbench.quant.QuantConfig
     fields, plus variants=... and families=... lists; a comma list for a numeric field
     sweeps it (alpha=2,4,8). --recipe picks one of the lab's recipes (`grokbench recipes`):
-    the paper's ablations are recipes of their own.
+    the paper's ablations are recipes of their own. The same as `grokbench run RECIPE
+    --out OUT` on a quant-lab recipe, plus --tap-costs.
     """
-    from figures.quant import draw_quant_figures
-    from grokbench import quant as lab
-    from grokbench.quant.recipes import QUANT_RECIPES
+    from grokbench import labs
+    from grokbench import quant as lib
+    from grokbench.store import Store
 
-    if args.recipe not in QUANT_RECIPES:
+    lab = labs.QUANT
+    if args.recipe not in lab.recipes:
         from grokbench.config import ConfigError, did_you_mean
 
-        hint = did_you_mean(args.recipe, list(QUANT_RECIPES))
+        hint = did_you_mean(args.recipe, list(lab.recipes))
         raise ConfigError(f"unknown quant recipe {args.recipe!r}; {hint}")
-    overrides = lab.parse_quant_overrides(args.overrides)
+    configs = lab.configs(args.recipe, quick=args.quick, overrides=args.overrides)
     if args.tap_costs:
-        lab.parse_bit_list(args.tap_costs)  # a bad width fails before any training
+        lib.parse_bit_list(args.tap_costs)  # a bad width fails before any training
     _writable(args, "out", "results")
-    options = {"results": args.results, "progress": not args.no_progress}
-    options["recipe"] = QUANT_RECIPES[args.recipe]
-    table = lab.run_quant(args.quick, args.out, overrides, **options)
+    progress = not args.no_progress
+    table = lab.train(configs, Store(args.results), quick=args.quick, progress=progress)
     costs = None
     if args.tap_costs:
-        costs = lab.run_tap_costs(args.quick, args.out, overrides, bits=args.tap_costs, **options)
-    paths = draw_quant_figures(table, args.out)
-    print(lab.format_markdown(table))
-    print(f"wrote {args.out / 'quant_table.json'}, {args.out / 'quant_table.md'}, ", end="")
-    print(", ".join(p.name for p in paths))
+        costs = lib.run_tap_costs(
+            quick=args.quick,
+            out=args.out,
+            overrides=args.overrides,
+            results=args.results,
+            bits=args.tap_costs,
+            progress=progress,
+            recipe=lab.recipes[args.recipe],
+        )
+    print(lab.summarise(table, args.recipe, args.quick))
+    print(_wrote(lab, table, args.out, lab.write(args.out, table)))
     if costs is not None:
-        print(lab.format_tap_costs(costs))
+        print(lib.format_tap_costs(costs))
         print(f"wrote {args.out / 'quant_tap_costs.json'}, {args.out / 'quant_tap_costs.md'}")
     return 0
 
@@ -222,7 +255,7 @@ def recipes(args: argparse.Namespace) -> int:
     from grokbench.quant.recipes import QUANT_RECIPES
 
     print(lib.format_list(lib.RECIPES))
-    print("\nThe quantization lab (grokbench quant --recipe NAME --out DIR):")
+    print("\nThe quantization lab (grokbench run NAME; grokbench quant --recipe NAME --out DIR):")
     print(lib.format_list(QUANT_RECIPES))
     return 0
 
@@ -244,7 +277,10 @@ def keys(args: argparse.Namespace) -> int:
         ("variants", "str", "(per family)", "comma list of the variants to train"),
         ("families", "str", "encoder,decoder", "comma list of the model families to train"),
     ]
-    print("\nOverride keys of `grokbench quant` (key=value; a comma list sweeps a number):")
+    print(
+        "\nOverride keys of `grokbench quant`, and of `run` and `sweep` on its recipes "
+        "(key=value; a comma list sweeps a number):"
+    )
     fields = [r for r in config.describe(QuantConfig) if r[0] not in ("family", "variant")]
     print(config.format_keys([*fields, *lists]))
     return 0

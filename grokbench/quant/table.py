@@ -1,6 +1,6 @@
 """The quant lab's recipe and table: train the attention variants, measure, PTQ.
 
-`run_quant(quick, out, overrides)` trains (cached) every variant of the encoder and the
+`run_quant(quick=..., out=..., overrides=...)` trains (cached) every variant of the encoder and the
 decoder, evaluates floating-point perplexity and the outlier metrics, simulates W8A8,
 W6A8, W4A8 and W6A6 post-training quantization, and writes OUT/quant_table.json and
 OUT/quant_table.md (the paper's Table 2 layout, plus the low-bit columns of its Table 10).
@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from grokbench.config import ConfigError, field_types, override_readers, require
@@ -35,9 +36,11 @@ __all__ = [
     "format_tap_costs",
     "parse_quant_overrides",
     "quant_configs",
+    "quant_table",
     "run_ablations",
     "run_quant",
     "run_tap_costs",
+    "write_quant_table",
 ]
 
 _LABELS = {
@@ -113,19 +116,42 @@ def _sweep_axes(configs: Sequence[QuantConfig]) -> tuple[str, ...]:
 _NOT_AXES = ("family", "variant")
 
 
+def _keywords(*legacy: str) -> Callable:
+    """Keyword arguments only, except from `figures` (issue 45, until its calls pass keywords):
+    a call from a `figures.*` module may still pass the `legacy` parameters positionally; any
+    other positional call is a TypeError."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                caller = sys._getframe(1).f_globals.get("__name__", "")
+                if not caller.startswith("figures.") or len(args) > len(legacy):
+                    names = ", ".join(f"{k}=" for k in legacy)
+                    raise TypeError(f"{fn.__name__}() takes keyword arguments only ({names}...)")
+                kwargs.update(zip(legacy, args, strict=False))
+            return fn(**kwargs)
+
+        return call
+
+    return wrap
+
+
+@_keywords("results", "progress")
 def run_ablations(
-    results: pathlib.Path | str | None = None, progress: bool = True, quick: bool = False
+    *, results: pathlib.Path | str | None = None, progress: bool = True, quick: bool = False
 ) -> dict[str, dict]:
     """Every `ABLATIONS` recipe with its vanilla references (cached like `run_quant`):
     {"vanilla": table, AXIS: table, ...}, tables as `run_quant`'s. The encoder's sweeps run at
     the encoder recipe's setting (their quick form if `quick`) against the recipe's encoder
     vanilla; the decoder's LayerNorm sweep at the quick scale against the quick decoder's."""
-    enc = run_quant(quick, None, ["variants=vanilla", "families=encoder"], results, progress)
-    dec = run_quant(True, None, ["variants=vanilla", "families=decoder"], results, progress)
+    kw = {"out": None, "results": results, "progress": progress}
+    enc = run_quant(quick=quick, overrides=["variants=vanilla", "families=encoder"], **kw)
+    dec = run_quant(quick=True, overrides=["variants=vanilla", "families=decoder"], **kw)
     vanilla = {**enc, "rows": enc["rows"] + dec["rows"], "configs": enc["configs"] + dec["configs"]}
     tables = {"vanilla": vanilla}
     for axis, recipe in ABLATIONS.items():
-        tables[axis] = run_quant(quick, None, None, results, progress, recipe=recipe)
+        tables[axis] = run_quant(quick=quick, recipe=recipe, **kw)
     return tables
 
 
@@ -182,7 +208,37 @@ def _trained(configs: Sequence[QuantConfig], store: Store, progress: bool):
         yield (cfg, corpus, *train(cfg, corpus, store, progress))
 
 
+def quant_table(
+    configs: Sequence[QuantConfig], store: Store, *, quick: bool, progress: bool = True
+) -> dict:
+    """Train (cached), evaluate (cached) and quantize `configs` in `store`: the table
+    {"quick", "configs", "rows", "seconds"}, one row per config (the quant lab's `train`)."""
+    start = time.perf_counter()
+    axes = _sweep_axes(configs)
+    rows = []
+    for cfg, corpus, params, train_summary in _trained(configs, store, progress):
+        summary = evaluate(cfg, params, corpus, store)
+        rows.append(_row(summary, train_summary, cfg, axes))
+    return {
+        "quick": quick,
+        "configs": [c.to_dict() for c in configs],
+        "rows": rows,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def write_quant_table(out: pathlib.Path | str, table: dict) -> list[pathlib.Path]:
+    """Write OUT/quant_table.json and OUT/quant_table.md (atomically); their paths."""
+    out = pathlib.Path(out)
+    paths = [out / "quant_table.json", out / "quant_table.md"]
+    atomic_write_json(paths[0], table)
+    atomic_write_bytes(paths[1], format_markdown(table).encode())
+    return paths
+
+
+@_keywords("quick", "out", "overrides", "results", "progress")
 def run_quant(
+    *,
     quick: bool,
     out: pathlib.Path | str | None,
     overrides: Mapping[str, Any] | Sequence[str] | None = None,
@@ -198,27 +254,14 @@ def run_quant(
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_quant_overrides(list(overrides))
     configs = quant_configs(quick, overrides, recipe)
-    store = Store(results)
-    start = time.perf_counter()
-    axes = _sweep_axes(configs)
-    rows = []
-    for cfg, corpus, params, train_summary in _trained(configs, store, progress):
-        summary = evaluate(cfg, params, corpus, store)
-        rows.append(_row(summary, train_summary, cfg, axes))
-    table = {
-        "quick": quick,
-        "configs": [c.to_dict() for c in configs],
-        "rows": rows,
-        "seconds": time.perf_counter() - start,
-    }
+    table = quant_table(configs, Store(results), quick=quick, progress=progress)
     if out is not None:
-        out = pathlib.Path(out)
-        atomic_write_json(out / "quant_table.json", table)
-        atomic_write_bytes(out / "quant_table.md", format_markdown(table).encode())
+        write_quant_table(out, table)
     return table
 
 
 def run_tap_costs(
+    *,
     quick: bool,
     out: pathlib.Path | str | None,
     overrides: Mapping[str, Any] | Sequence[str] | None = None,

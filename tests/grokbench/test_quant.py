@@ -45,7 +45,9 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
     tests/tasks/test_quant_probe.py, the quick recipe with every variant is marked slow).
     """
     results = tmp_path / "results"
-    table = run_quant(False, tmp_path / "out", TINY, results=results, progress=False)
+    table = run_quant(
+        quick=False, out=tmp_path / "out", overrides=TINY, results=results, progress=False
+    )
     rows = table["rows"]
     assert [(r["family"], r["variant"]) for r in rows] == [
         ("encoder", "vanilla"),
@@ -66,7 +68,7 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
 
     # A second call loads every run from the store: nothing is retrained or re-evaluated
     # (the stored timings come back unchanged).
-    again = run_quant(False, None, TINY, results=results, progress=False)
+    again = run_quant(quick=False, out=None, overrides=TINY, results=results, progress=False)
     assert [r["train_seconds"] for r in again["rows"]] == [r["train_seconds"] for r in rows]
     assert [r["eval_seconds"] for r in again["rows"]] == [r["eval_seconds"] for r in rows]
 
@@ -76,7 +78,9 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
     assert vanilla.variant == "vanilla"
     damaged = results / "quant" / "train" / vanilla.train_hash() / "params.npz"
     damaged.write_bytes(damaged.read_bytes()[:100])
-    redone = run_quant(False, None, TINY, results=results, progress=False)["rows"]
+    redone = run_quant(quick=False, out=None, overrides=TINY, results=results, progress=False)[
+        "rows"
+    ]
     assert redone[0]["train_seconds"] != rows[0]["train_seconds"]
     assert redone[1]["train_seconds"] == rows[1]["train_seconds"]
 
@@ -98,7 +102,14 @@ def test_tiny_quant_run_end_to_end(tmp_path, capsys):
 def _check_tap_costs(tmp_path, results, rows):
     """`run_tap_costs` on the stored models: 'every tap' is evaluate's first calibration
     subset, the per-tap flags select (at 3 bits a single tap moves the perplexity)."""
-    costs = quant.run_tap_costs(False, tmp_path / "out", TINY, results, "w8a8,W3A3", False)
+    costs = quant.run_tap_costs(
+        quick=False,
+        out=tmp_path / "out",
+        overrides=TINY,
+        results=results,
+        bits="w8a8,W3A3",
+        progress=False,
+    )
     assert [(c["variant"], c["bits"]) for c in costs] == [
         ("vanilla", "W8A8"), ("vanilla", "W3A3"), ("clipped", "W8A8"), ("clipped", "W3A3"),
     ]  # fmt: skip
@@ -219,7 +230,9 @@ def test_overrides_and_recipe_expansion():
 def test_quick_recipe_runs_in_minutes(tmp_path):
     """`grokbench quant --quick`: both families, every variant, under ~4 minutes here."""
     start = time.perf_counter()
-    table = run_quant(True, tmp_path / "out", None, results=tmp_path / "results", progress=False)
+    table = run_quant(
+        quick=True, out=tmp_path / "out", results=tmp_path / "results", progress=False
+    )
     assert len(table["rows"]) == 6
     assert time.perf_counter() - start < 300
 
@@ -238,7 +251,9 @@ def test_quick_recipe_at_tiny_size(tmp_path):
         "bos_noise": 1.0,
     }
     out, results = tmp_path / "out", tmp_path / "r"
-    table = run_quant(True, out, overrides, results=results, progress=False, recipe=recipe)
+    table = run_quant(
+        quick=True, out=out, overrides=overrides, results=results, progress=False, recipe=recipe
+    )
     assert table["quick"] and [r["variant"] for r in table["rows"]] == list(variants)
     assert all(c["steps"] == 2 and c["d_model"] == 16 for c in table["configs"])
     for r in table["rows"]:
@@ -291,9 +306,9 @@ def _estimator_results(tmp_path_factory):
 def test_other_activation_range_estimators(_estimator_results, act_range):
     tokens = [t for t in TINY if not t.startswith("variants=")] + ["variants=vanilla"]
     table = run_quant(
-        False,
-        None,
-        [*tokens, f"act_range={act_range}"],
+        quick=False,
+        out=None,
+        overrides=[*tokens, f"act_range={act_range}"],
         results=_estimator_results,
         progress=False,
     )
