@@ -200,6 +200,7 @@ def quant(args: argparse.Namespace) -> int:
     _writable(args, "out", "results")
     progress = not args.no_progress
     table = lab.train(configs, Store(args.results), quick=args.quick, progress=progress)
+    files = lab.write(args.out, table)
     costs = None
     if args.tap_costs:
         costs = lib.run_tap_costs(
@@ -212,7 +213,7 @@ def quant(args: argparse.Namespace) -> int:
             recipe=lab.recipes[args.recipe],
         )
     print(lab.summarise(table, args.recipe, args.quick))
-    print(_wrote(lab, table, args.out, lab.write(args.out, table)))
+    print(_wrote(lab, table, args.out, files))
     if costs is not None:
         print(lib.format_tap_costs(costs))
         print(f"wrote {args.out / 'quant_tap_costs.json'}, {args.out / 'quant_tap_costs.md'}")
