@@ -165,12 +165,19 @@ def _make_quant(ctx: Context) -> None:
     from grokbench.quant.recipes import CONSTANT_LR
 
     results = ctx.store.root
-    quant.run_quant(ctx.quick, ctx.out, {}, results=results, progress=ctx.progress)
+    quant.run_quant(
+        quick=ctx.quick, out=ctx.out, overrides={}, results=results, progress=ctx.progress
+    )
     if not ctx.quick:
-        tables = quant.run_ablations(results, ctx.progress)
+        tables = quant.run_ablations(results=results, progress=ctx.progress)
         atomic_write_json(ctx.out / ABLATIONS_FILE, tables)
         constant = quant.run_quant(
-            False, None, {}, results=results, progress=ctx.progress, recipe=CONSTANT_LR
+            quick=False,
+            out=None,
+            overrides={},
+            results=results,
+            progress=ctx.progress,
+            recipe=CONSTANT_LR,
         )
         atomic_write_json(ctx.out / CONSTANT_LR_FILE, constant)
 

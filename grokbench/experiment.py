@@ -18,7 +18,7 @@ from grokbench.config import RunConfig, group_runs
 from grokbench.store import Store, atomic_write_json
 from grokbench.tables import summary_table
 
-__all__ = ["format_results", "run_configs", "write_out"]
+__all__ = ["run_configs"]
 
 
 def _plan_units(

@@ -28,7 +28,7 @@ from grokbench.quant.recipes import QUANT_RECIPES
 from grokbench.recipes import Recipe
 from grokbench.store import Store
 
-__all__ = ["DISTILL", "GROKKING", "LABS", "QUANT", "Lab", "lab_for", "recipe_names"]
+__all__ = ["LABS", "QUANT", "Lab", "lab_for", "recipe_names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _grokking_recipes(distillation: bool) -> dict[str, Recipe]:
     }
 
 
-GROKKING = Lab(
+_GROKKING = Lab(
     name="grokking",
     config=RunConfig,
     recipes=_grokking_recipes(False),
@@ -131,7 +131,7 @@ GROKKING = Lab(
 )
 """The grokking engine (`grokbench.engine`): every `RECIPES` recipe but distillation's."""
 
-DISTILL = dataclasses.replace(GROKKING, name="distillation", recipes=_grokking_recipes(True))
+_DISTILL = dataclasses.replace(_GROKKING, name="distillation", recipes=_grokking_recipes(True))
 """Distillation (`grokbench.distill`, teacher first): the recipes whose base has a teacher
 (fig7). Same configs, store and commands as the engine's: `experiment.run_configs` sends its
 runs to the distillation loop and `experiment.format_table` prints their residual and KL."""
@@ -197,7 +197,7 @@ QUANT = Lab(
 )
 """The quantization lab (`grokbench.quant`): `QUANT_RECIPES`, runs under ROOT/quant/."""
 
-LABS: dict[str, Lab] = {lab.name: lab for lab in (GROKKING, DISTILL, QUANT)}
+LABS: dict[str, Lab] = {lab.name: lab for lab in (_GROKKING, _DISTILL, QUANT)}
 """Every lab by name; each recipe belongs to exactly one (`lab_for`)."""
 
 

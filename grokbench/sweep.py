@@ -33,7 +33,7 @@ from grokbench import executors, experiment, recipes
 from grokbench.config import ConfigError, RunConfig, config_hash, from_stored, parse_overrides
 from grokbench.store import Store, atomic_write_bytes
 
-__all__ = ["TABLE_FILE", "SweepBusy", "dir_runs", "expand_grid", "lock", "run_sweep"]
+__all__ = ["SweepBusy", "dir_runs", "expand_grid", "lock"]
 
 _LOCK_FILE = "sweep.lock"
 """The lock file in a sweep directory."""

@@ -11,7 +11,6 @@ under ROOT/quant/{train,eval}/HASH.
 from grokbench.quant.config import QuantConfig as QuantConfig
 from grokbench.quant.config import parse_bit_list as parse_bit_list
 from grokbench.quant.recipes import ABLATIONS as ABLATIONS
-from grokbench.quant.table import format_markdown as format_markdown
 from grokbench.quant.table import format_tap_costs as format_tap_costs
 from grokbench.quant.table import parse_quant_overrides as parse_quant_overrides
 from grokbench.quant.table import quant_configs as quant_configs

@@ -14,9 +14,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grokbench.config import ConfigError, field_types, override_readers, require
@@ -32,15 +31,12 @@ from tasks.quant import SYNTHETIC_CORPORA, Corpus, build_corpus
 
 __all__ = [
     "corpus_of",
-    "format_markdown",
     "format_tap_costs",
     "parse_quant_overrides",
     "quant_configs",
-    "quant_table",
     "run_ablations",
     "run_quant",
     "run_tap_costs",
-    "write_quant_table",
 ]
 
 _LABELS = {
@@ -116,28 +112,6 @@ def _sweep_axes(configs: Sequence[QuantConfig]) -> tuple[str, ...]:
 _NOT_AXES = ("family", "variant")
 
 
-def _keywords(*legacy: str) -> Callable:
-    """Keyword arguments only, except from `figures` (issue 45, until its calls pass keywords):
-    a call from a `figures.*` module may still pass the `legacy` parameters positionally; any
-    other positional call is a TypeError."""
-
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                caller = sys._getframe(1).f_globals.get("__name__", "")
-                if not caller.startswith("figures.") or len(args) > len(legacy):
-                    names = ", ".join(f"{k}=" for k in legacy)
-                    raise TypeError(f"{fn.__name__}() takes keyword arguments only ({names}...)")
-                kwargs.update(zip(legacy, args, strict=False))
-            return fn(**kwargs)
-
-        return call
-
-    return wrap
-
-
-@_keywords("results", "progress")
 def run_ablations(
     *, results: pathlib.Path | str | None = None, progress: bool = True, quick: bool = False
 ) -> dict[str, dict]:
@@ -236,7 +210,6 @@ def write_quant_table(out: pathlib.Path | str, table: dict) -> list[pathlib.Path
     return paths
 
 
-@_keywords("quick", "out", "overrides", "results", "progress")
 def run_quant(
     *,
     quick: bool,

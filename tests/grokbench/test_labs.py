@@ -10,7 +10,6 @@ from grokbench import labs
 from grokbench.cli import commands, main
 from grokbench.quant import run_quant
 from grokbench.quant import table as quant_table
-from grokbench.quant.recipes import QUANT
 
 TINY = [
     "n_layers=1",
@@ -37,7 +36,10 @@ def test_every_listed_recipe_has_exactly_one_lab(capsys):
         assert len(owners) == 1, (name, owners)
         assert labs.lab_for(name).name == owners[0]
     assert set(labs.LABS) == {"grokking", "distillation", "quant"}
-    assert labs.lab_for("fig7") is labs.DISTILL and labs.lab_for("quant-gamma") is labs.QUANT
+    assert (
+        labs.lab_for("fig7") is labs.LABS["distillation"]
+        and labs.lab_for("quant-gamma") is labs.QUANT
+    )
 
 
 def _records(root: pathlib.Path) -> dict[str, dict]:
@@ -117,21 +119,9 @@ def test_unknown_recipe_suggests_every_labs_recipes(capsys):
     assert "did you mean quant-gamma" in capsys.readouterr().err
 
 
-def test_run_quant_takes_keywords_only(monkeypatch):
-    """Positional calls are a TypeError, except from `figures` until its calls pass keywords
-    (issue 45): those map to quick, out, overrides, results, progress."""
-    with pytest.raises(TypeError, match="keyword arguments only"):
+def test_run_quant_takes_keywords_only():
+    """Positional calls are a TypeError."""
+    with pytest.raises(TypeError, match="positional argument"):
         run_quant(True, None)
-    seen = []
-
-    def configs(quick, overrides, recipe):
-        seen.append((quick, overrides, recipe))
-        raise LookupError("stop")
-
-    monkeypatch.setattr(quant_table, "quant_configs", configs)
-    legacy = {"__name__": "figures.legacy", "run_quant": run_quant}
-    with pytest.raises(LookupError, match="stop"):
-        exec("run_quant(True, None, {'steps': 2}, results=None, progress=False)", legacy)
-    assert seen == [(True, {"steps": 2}, QUANT)]
     with pytest.raises(TypeError, match="positional argument"):
         quant_table.run_tap_costs(True, None)
