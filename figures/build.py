@@ -2,13 +2,13 @@
 
 This is the one place figures train. Before drawing a figure, the build asks it which runs
 it needs (`figures.registry.Figure.needs`, and the quant lab's tables for the quant figure)
-and trains only what the store lacks (`train`: through `grokbench.experiment.run_configs`,
-as `grokbench run` does; the quant lab through `grokbench.quant.run_quant`, in its own
-store), so a second build is seconds. The figures then only read: each gets its runs
-through `figures._common.Context.runs`, which never trains. `--quick` (the default) builds
-every figure at the recipes' quick scale; `--full` at the papers'. The report
-(`reproduction.md`) is written after the figures, from whatever finished runs of this scale
-the store holds.
+and trains only what the store lacks (`train`: through each recipe's lab,
+`grokbench.labs.lab_for(recipe).train`, as `grokbench run` does; the quant lab's tables
+through `grokbench.labs.QUANT`), so a second build is seconds. The figures then only
+read: each gets its runs through `figures._common.Context.runs`, which never trains.
+`--quick` (the default) builds every figure at the recipes' quick scale; `--full` at the
+papers'. The report (`reproduction.md`) is written after the figures, from whatever
+finished runs of this scale the store holds.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import tqdm
 
 from figures import registry
 from figures._common import ABLATIONS_FILE, CONSTANT_LR_FILE, Context
-from grokbench import experiment
+from grokbench import labs
 from grokbench.config import ConfigError, did_you_mean
 from grokbench.console import duration, plural
 from grokbench.runtime import CompileMeter
@@ -132,9 +132,11 @@ def missing(ctx: Context, names: Sequence[str]) -> dict[str, tuple[int, int]]:
 
 def train_recipe(ctx: Context, recipe: str) -> None:
     """Train the recipe's runs of this build's scale that the store lacks (the others are
-    loaded), through `grokbench.experiment.run_configs`, and hold them all in `ctx`."""
-    configs = ctx.configs(recipe)
-    ctx.keep(recipe, experiment.run_configs(configs, ctx.store, progress=ctx.progress))
+    loaded), through the recipe's lab (`grokbench.labs`, the path `grokbench run` takes),
+    and hold them all in `ctx`."""
+    lab = labs.lab_for(recipe)
+    summaries = lab.train(ctx.configs(recipe), ctx.store, quick=ctx.quick, progress=ctx.progress)
+    ctx.keep(recipe, summaries)
 
 
 def train(ctx: Context, names: Sequence[str]) -> None:
@@ -162,22 +164,18 @@ def _make_quant(ctx: Context) -> None:
     (`grokbench.quant.recipes.CONSTANT_LR`, three more 6,000-step runs), stored as
     OUT/quant_constant_lr.json. The quick build makes neither (it stays within its budget)."""
     from grokbench import quant
-    from grokbench.quant.recipes import CONSTANT_LR
+    from grokbench.quant.recipes import CONSTANT_LR, QUANT
 
-    results = ctx.store.root
-    quant.run_quant(
-        quick=ctx.quick, out=ctx.out, overrides={}, results=results, progress=ctx.progress
+    lab = labs.QUANT  # the path of `grokbench run quant`
+    table = lab.train(
+        lab.expand(QUANT, [], ctx.quick), ctx.store, quick=ctx.quick, progress=ctx.progress
     )
+    lab.write(ctx.out, table)
     if not ctx.quick:
-        tables = quant.run_ablations(results=results, progress=ctx.progress)
+        tables = quant.run_ablations(results=ctx.store.root, progress=ctx.progress)
         atomic_write_json(ctx.out / ABLATIONS_FILE, tables)
-        constant = quant.run_quant(
-            quick=False,
-            out=None,
-            overrides={},
-            results=results,
-            progress=ctx.progress,
-            recipe=CONSTANT_LR,
+        constant = lab.train(
+            lab.expand(CONSTANT_LR, [], False), ctx.store, quick=False, progress=ctx.progress
         )
         atomic_write_json(ctx.out / CONSTANT_LR_FILE, constant)
 
