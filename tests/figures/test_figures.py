@@ -95,7 +95,8 @@ def test_each_analytic_figure_writes_non_empty_images(tmp_path, name):
     assert all(p.stat().st_size > 1000 for p in written[name])
 
 
-def test_second_build_trains_nothing(tmp_path, fake_engine):
+@pytest.mark.slow  # the fast sibling: test_the_build_forecasts_what_it_trains_from_its_record
+def test_second_build_trains_nothing(tmp_path, fake_engine):  # builds fig2 twice and checks this
     _build(tmp_path, ["fig2"], out=tmp_path / "out")
     trained = len(fake_engine)
     assert trained > 0
@@ -243,9 +244,12 @@ def test_the_build_forecasts_what_it_trains_from_its_record(tmp_path, fake_engin
     # fig2's three recipes at TINY: 2 losses x 2 seeds each, 100 steps.
     assert times["fig2"]["runs"] == 12 and times["fig2"]["run_steps"] == 1200
     assert times["scale"] == "quick"
+    trained = len(fake_engine)
+    assert trained > 0
 
     lines.clear()
     _build(tmp_path, ["fig2"], out=tmp_path / "out", log=log)
+    assert len(fake_engine) == trained  # the second build trains nothing
     row = next(line for line in lines[0].splitlines() if line.startswith("fig2"))
     assert row.split()[1:3] == ["0", "0"]  # nothing left to train
     assert "this OUT's last build" in lines[0]

@@ -125,13 +125,23 @@ def standard_soft_cap(logits, labels):
     return numerics.standard.cross_entropy(logits, labels, soft_cap=30.0)
 
 
-@pytest.mark.parametrize(
-    ("name", "kind", "dtype", "cliff"),
-    [
-        ("z_loss", "z-loss", "bf16", "target gradient: exactly 0 from m=5.5625"),
-        ("soft_cap", "soft-cap", "fp32", "target gradient: exactly 0 from m=18.746447"),
-    ],
-)
+_OPTIONS = [
+    ("z_loss", "z-loss", "bf16", "target gradient: exactly 0 from m=5.5625"),
+    ("soft_cap", "soft-cap", "fp32", "target gradient: exactly 0 from m=18.746447"),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "dtype", "cliff"), _OPTIONS)
+def test_options_pass_ours(capsys, name, kind, dtype, cliff):
+    """The fast sibling of the slow test below: each option's audit (its kind) runs and
+    passes the fixed loss; the audit's failure path runs in test_optax_names_the_fp32_cliff."""
+    module = "tests.grokbench.test_audit_cli"
+    assert cli.main(["audit", f"{module}:fixed_{name}", "--dtypes", dtype, "--quick"]) == 0
+    assert f"as {kind} " in capsys.readouterr().out
+
+
+@pytest.mark.slow  # the naive loss is a second audit's programs; the fast sibling is above
+@pytest.mark.parametrize(("name", "kind", "dtype", "cliff"), _OPTIONS)
 def test_options_pass_ours_and_fail_the_naive_ones_past_their_cliffs(
     capsys, name, kind, dtype, cliff
 ):

@@ -66,10 +66,8 @@ def test_vmapped_batch_equals_individual_runs(batched):
             )
 
 
-@pytest.mark.parametrize(
-    "n_runs", [2, pytest.param(3, marks=pytest.mark.bitwise)], ids=["even", "padded"]
-)
-def test_sharded_batch_equals_single_device(batched, n_runs):
+@pytest.mark.parametrize("n_runs", [2, 3], ids=["even", "padded"])
+def test_sharded_batch_layout(n_runs):
     cfgs = _variants()[:n_runs]  # over the 2 host devices of tests/conftest.py
     assert jax.local_device_count() == 2
     with precision_scope(TINY.precision):
@@ -80,8 +78,15 @@ def test_sharded_batch_equals_single_device(batched, n_runs):
     with precision_scope(TINY.precision):
         leaf = jax.tree.leaves(engine.prepare(cfgs, shard=False).state)[0]
     assert len(leaf.sharding.device_set) == 1
-    if n_runs == 2:
-        return  # the layout only: the padded batch checks the sharded numbers
+
+
+# The fast sibling: test_vmapped_batch_equals_individual_runs holds the same sharded, padded
+# batch to the unsharded single runs; this one adds the unsharded batch of 3 (a program of
+# its own).
+@pytest.mark.slow
+@pytest.mark.bitwise
+def test_sharded_batch_equals_single_device(batched):
+    cfgs = _variants()  # padded to 4 over the 2 host devices of tests/conftest.py
     single = engine.train(cfgs, progress=False, shard=False)
     for out, ref in zip(batched, single, strict=True):
         assert out.config == ref.config
@@ -91,19 +96,21 @@ def test_sharded_batch_equals_single_device(batched, n_runs):
             )
 
 
-def test_sharded_chunk_keeps_the_state_sharding():
+def test_sharded_chunk_keeps_the_state_sharding(batched):
     # The chunk's output state must come back sharded as its input: otherwise the second
-    # chunk recompiles the whole program (issue 15: the optimizer's step count).
+    # chunk recompiles the whole program (issue 15: the optimizer's step count). The batch
+    # of `batched` (3 runs padded to 4), whose compiled chunk it reuses.
     with precision_scope(TINY.precision):
-        batch = engine.prepare(_variants()[:2])
+        batch = engine.prepare(_variants())
         state, _ = batch.run_chunk(batch.state, batch.hyper, batch.data, batch.n_blocks)
     shardings = [leaf.sharding for leaf in jax.tree.leaves(batch.state)]
     assert [leaf.sharding for leaf in jax.tree.leaves(state)] == shardings
 
 
 def test_progress_callback_counts_every_step():
+    # The batch and chunks of test_chunking_does_not_change_results: one compiled program.
     seen = []
-    engine.train(_variants()[:1], progress=False, chunk_steps=10, on_chunk=seen.append)
+    engine.train(_variants(), progress=False, chunk_steps=10, on_chunk=seen.append)
     assert seen == [10, 10]
 
 
@@ -128,11 +135,14 @@ def test_step_zero_metrics_come_from_the_initial_logits(batched):
     params = model.init(jax.random.key(cfg.seed), jnp.float32)
     logits = jax.jit(model.apply)(params, jnp.asarray(data.x_train))  # one compile, not per op
     y = jnp.asarray(data.y_train)
-    margin = np.asarray(numerics.logit_margin(logits, y))
+    margin, ce = jax.jit(lambda z, y: (numerics.logit_margin(z, y), numerics.cross_entropy(z, y)))(
+        logits, y
+    )  # one program, not one per op
+    margin = np.asarray(margin)
     np.testing.assert_allclose(m["margin_mean"][0], margin.mean(), rtol=1e-5)
     np.testing.assert_allclose(m["margin_min"][0], margin.min(), rtol=1e-5)
     np.testing.assert_allclose(m["margin_median"][0], np.median(margin), rtol=1e-5)
-    loss = float(jnp.mean(numerics.cross_entropy(logits, y)))
+    loss = float(np.mean(np.asarray(ce, np.float64)))
     np.testing.assert_allclose(m["train_loss"][0], loss, rtol=1e-5)
     np.testing.assert_allclose(m["train_ce"][0], loss, rtol=1e-5)
     acc = float(np.mean(np.argmax(np.asarray(logits), -1) == data.y_train))
@@ -141,7 +151,7 @@ def test_step_zero_metrics_come_from_the_initial_logits(batched):
     assert m["logit_grad_asym"][0] < 1e-5  # fixed CE: logit gradients sum to ~0
     # First Adam step: |m_hat| / sqrt(v_hat) = 1 wherever g != 0 (dead ReLUs give 0).
     assert 0.5 < m["adam_step"][0] <= 1.0
-    norm = np.sqrt(sum(float(jnp.sum(jnp.square(p))) for p in params.values()))
+    norm = np.sqrt(sum(np.sum(np.square(np.asarray(p, np.float64))) for p in params.values()))
     assert m["param_norm"][0] == pytest.approx(norm, rel=1e-5)
 
 
@@ -184,22 +194,30 @@ def _check_trains(cfg):
     assert m["train_loss"][-1] < m["train_loss"][0], cfg
 
 
+# Each structurally different config is a training program of its own, so each fast case
+# carries several paths at once: every loss, optimizer, precision policy and model is in
+# one of them (the baseline losses ride on the LaProp and the MLP runs).
 @pytest.mark.parametrize(
     "cfg",
     [
         dataclasses.replace(TINY, precision="bf16", loss="standard"),
-        dataclasses.replace(TINY, optimizer="laprop", track_sqrt_v=True, eps=0.0),
-        dataclasses.replace(TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0),
+        dataclasses.replace(TINY, optimizer="laprop", track_sqrt_v=True, eps=0.0, loss="stablemax"),
+        dataclasses.replace(
+            TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0, loss="zero_sum"
+        ),
         dataclasses.replace(
             TINY, model="mlp", mlp_width=16, activation="quadratic", mlp_init="doshi", lr=1e-2
         ),
     ],
-    ids=["bf16-standard", "laprop-eps0", "mlp-adam", "mlp-doshi"],
+    ids=["bf16-standard", "laprop-eps0-stablemax", "mlp-adam-zero_sum", "mlp-doshi"],
 )
 def test_variants_train(cfg):
     _check_trains(cfg)
 
 
+# Each baseline loss alone on the reference transformer; the fast siblings are
+# test_variants_train[laprop-eps0-stablemax] and [mlp-adam-zero_sum].
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["stablemax", "zero_sum"])
 def test_baseline_losses_train(loss):
     _check_trains(dataclasses.replace(TINY, loss=loss))
@@ -232,7 +250,9 @@ def test_emulated_matmul_precisions_train_and_differ_from_highest(model, precisi
 def test_emulated_run_is_summarized_with_its_balance_terms(tmp_path):
     """A stored emulated run gets its whole summary: the balance terms' radial slope, a jvp
     at 'highest', is taken by reverse mode through the emulated matmuls (custom_vjp)."""
-    cfg = dataclasses.replace(TINY, steps=2, eval_every=2, weight_decay=0.1)
+    # TINY's program (test_summary_records_backend_and_matmul_precision's run, lambda 0.1):
+    # the exact run compiles nothing of its own.
+    cfg = dataclasses.replace(TINY, weight_decay=0.1)
     (exact,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
     emulated = dataclasses.replace(cfg, matmul_precision="tf32")
     (summary,) = experiment.run_configs([emulated], Store(tmp_path), progress=False)
@@ -289,22 +309,35 @@ def test_summary_records_backend_and_matmul_precision(tmp_path):
     assert summary["radial_margin_slope"] != 0 and summary["balance_norm"] > 0
 
 
-def test_per_seed_split_batch_equals_individual_runs():
+_PER_SEED = [dataclasses.replace(TINY, split="per_seed", seed=s) for s in range(2)]
+
+
+@pytest.fixture(scope="module")
+def per_seed_batch():
+    return engine.train(_PER_SEED, progress=False)
+
+
+def test_per_seed_split_batch_trains_each_run_on_its_own_split(per_seed_batch):
     """split=per_seed: each run of a batch trains on its own split (the data is vmapped)."""
-    configs = [dataclasses.replace(TINY, split="per_seed", seed=s) for s in range(2)]
-    splits = [engine.load_data(c).y_train for c in configs]
+    splits = [engine.load_data(c).y_train for c in _PER_SEED]
     assert not np.array_equal(splits[0], splits[1])
-    batched = engine.train(configs, progress=False)
-    for cfg, out in zip(configs, batched, strict=True):
+    losses = [out.metrics["train_loss"] for out in per_seed_batch]
+    assert not np.array_equal(losses[0], losses[1])
+    # Seed 0's split is split_seed 0's: the run of split=fixed (to the batch's rounding), the
+    # program of test_summary_records_backend_and_matmul_precision's run.
+    (fixed,) = engine.train([dataclasses.replace(TINY, seed=0, split="fixed")], progress=False)
+    np.testing.assert_allclose(losses[0], fixed.metrics["train_loss"], rtol=2e-5, atol=1e-7)
+
+
+# The single per_seed run is a program of its own (its data unbatched); the fast sibling is
+# the test above (the per_seed batch, its run 0 against the fixed split's run).
+@pytest.mark.slow
+def test_per_seed_split_batch_equals_individual_runs(per_seed_batch):
+    for cfg, out in zip(_PER_SEED, per_seed_batch, strict=True):
         (single,) = engine.train([cfg], progress=False)
         np.testing.assert_allclose(
             out.metrics["train_loss"], single.metrics["train_loss"], rtol=2e-5, atol=1e-7
         )
-    # Seed 0's split is split_seed 0's: the run of split=fixed (to the batch's rounding).
-    (fixed,) = engine.train([dataclasses.replace(TINY, seed=0, split="fixed")], progress=False)
-    np.testing.assert_allclose(
-        batched[0].metrics["train_loss"], fixed.metrics["train_loss"], rtol=2e-5, atol=1e-7
-    )
 
 
 def test_warmup_and_eq_output():
@@ -328,5 +361,5 @@ def test_init_scales():
     expected = {"nanda": 865.0, "fan_in": 642.0, "tl": 533.8}
     for init, value in expected.items():
         params = build_model(RunConfig(init=init).model_config()).init(jax.random.key(0), "float32")
-        total = sum(float(jnp.sum(jnp.square(v))) for v in params.values())
+        total = sum(np.sum(np.square(np.asarray(v, np.float64))) for v in params.values())
         assert abs(total / value - 1) < 0.03, (init, total)

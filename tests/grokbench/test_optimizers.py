@@ -33,8 +33,23 @@ def _x64_context(dtype):
     return jax.enable_x64(True) if dtype == jnp.float64 else jax.enable_x64(False)
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32, jnp.float64])
-@pytest.mark.parametrize("name", ["adam", "adamw"])
+def _name_dtype() -> list:
+    """Every (optimizer, dtype) pair; the fast tier keeps each dtype and each optimizer once
+    (adam at bf16 and fp64, adamw at fp32): the other three pairs are their slow siblings."""
+    fast = {("adam", jnp.bfloat16), ("adamw", jnp.float32), ("adam", jnp.float64)}
+    return [
+        pytest.param(
+            name,
+            dtype,
+            marks=() if (name, dtype) in fast else pytest.mark.slow,
+            id=f"{name}-{jnp.dtype(dtype).name}",
+        )
+        for name in ("adam", "adamw")
+        for dtype in (jnp.bfloat16, jnp.float32, jnp.float64)
+    ]
+
+
+@pytest.mark.parametrize(("name", "dtype"), _name_dtype())
 def test_matches_optax(name, dtype):
     kwargs = {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-8}
     if name == "adamw":

@@ -50,9 +50,14 @@ def _reference(bits: np.ndarray, precision: str) -> np.ndarray:
         return np.where(np.isnan(x), nan, out)
 
 
+# One jitted rounding (and one program per shape and format) for every test here: the eager
+# form compiles each of its ops as a program of its own.
+_round_to = jax.jit(round_to, static_argnums=1)
+
+
 def _round_bits(bits: np.ndarray, precision: str) -> np.ndarray:
     x = jnp.asarray(bits.view(np.float32))
-    return np.asarray(jax.jit(round_to, static_argnums=1)(x, precision)).view(np.uint32)
+    return np.asarray(_round_to(x, precision)).view(np.uint32)
 
 
 def _structured(precision: str) -> np.ndarray:
@@ -129,7 +134,7 @@ def test_highest_is_the_identity_and_other_dtypes_are_refused():
 
 
 def _rnd64(x: jax.Array, precision: str) -> np.ndarray:
-    return np.asarray(round_to(jnp.asarray(x, jnp.float32), precision), np.float64)
+    return np.asarray(_round_to(jnp.asarray(x, jnp.float32), precision), np.float64)
 
 
 def _assert_f32_accumulation(got, exact, abs_terms, n: int):
@@ -150,15 +155,22 @@ _EINSUMS = [
 ]
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _einsum_vjp(subscripts: str, precision: str, a, b, g):
+    """The emulated einsum and both its backward products, as one program."""
+    out, pullback = jax.vjp(functools.partial(einsum, subscripts, precision=precision), a, b)
+    return (out, *pullback(g))
+
+
 @pytest.mark.parametrize("precision", EMULATED)
 @pytest.mark.parametrize("case", _EINSUMS, ids=[c[0] for c in _EINSUMS])
 def test_einsum_forward_and_both_backward_products(precision, case):
     subscripts, shape_a, shape_b, sub_da, sub_db = case
     rng = np.random.default_rng(0)
     a, b = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in (shape_a, shape_b))
-    out, pullback = jax.vjp(functools.partial(einsum, subscripts, precision=precision), a, b)
-    g = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
-    da, db = pullback(g)
+    shape = jax.eval_shape(functools.partial(einsum, subscripts), a, b).shape
+    g = jnp.asarray(rng.normal(size=shape), jnp.float32)
+    out, da, db = _einsum_vjp(subscripts, precision, a, b, g)
     ra, rb, rg = _rnd64(a, precision), _rnd64(b, precision), _rnd64(g, precision)
     n_fwd = shape_a[-1]  # every case contracts the last axis of a
     _assert_f32_accumulation(
@@ -193,7 +205,7 @@ def test_dot_is_the_einsum(precision):
     f_ein = jax.value_and_grad(
         lambda a, b: jnp.sum(jnp.sin(einsum("btd,df->btf", a, b, precision))), (0, 1)
     )
-    (v1, g1), (v2, g2) = f_dot(a, b), f_ein(a, b)
+    (v1, g1), (v2, g2) = jax.jit(f_dot)(a, b), jax.jit(f_ein)(a, b)
     np.testing.assert_allclose(v1, v2, rtol=1e-6)
     for x, y in zip(g1, g2, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
@@ -225,15 +237,18 @@ def test_transformer_emulation_uses_the_plain_pass_and_moves_the_logits():
     cfg = TransformerConfig(vocab_size=8, num_classes=7, d_model=8, n_heads=2)
     params = build_model(cfg).init(jax.random.key(0), jnp.float32)
     x = _tokens(7)
-    exact = transformer_apply(params, x)
-    np.testing.assert_allclose(transformer_apply_fast(params, x), exact, rtol=1e-5, atol=1e-6)
+    # Jitted (one program a pass, not one per op), as the engine runs them.
+    apply = jax.jit(transformer_apply, static_argnums=2)
+    exact = apply(params, x, "highest")
+    fast = jax.jit(transformer_apply_fast)(params, x)
+    np.testing.assert_allclose(fast, exact, rtol=1e-5, atol=1e-6)
     for precision in EMULATED:
         tf = TransformerConfig(vocab_size=8, num_classes=7, d_model=8, n_heads=2,
                                matmul_precision=precision)  # fmt: skip
         model = build_model(tf)
         assert model.apply.func is transformer_apply
-        got = model.apply(params, x)
-        np.testing.assert_array_equal(got, transformer_apply(params, x, precision))
+        got = jax.jit(model.apply)(params, x)
+        np.testing.assert_array_equal(got, apply(params, x, precision))
         assert not np.array_equal(got, exact)
         np.testing.assert_allclose(got, exact, atol=0.05)
 
@@ -252,8 +267,8 @@ def test_mlp_first_layer_is_the_one_hot_matmul(precision):
         pre = dot(onehot, params["w_in"], precision)
         return dot(jax.nn.relu(pre), params["w_out"], precision)
 
-    def loss(f):
-        return jax.value_and_grad(lambda q: jnp.sum(jnp.sin(f(q))))(params)
+    def loss(f):  # jitted: one program, not one per op
+        return jax.jit(jax.value_and_grad(lambda q: jnp.sum(jnp.sin(f(q)))))(params)
 
     (v1, g1) = loss(lambda q: mlp_apply(q, x, "relu", precision))
     (v2, g2) = loss(by_matmul)

@@ -1,5 +1,7 @@
 """Clipped softmax and gated attention as the quant lab uses them (paper eqs. 4 and 5)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,18 +64,23 @@ def test_vanilla_is_clipped_softmax_with_gamma_zero_bit_for_bit():
     )
 
 
+# One program per gate and input shape, shared by the pi_init cases (values, not structure).
+_gate_pi = jax.jit(
+    lambda p, gate, x: jax.nn.sigmoid(gate_logits(p, "l0.", gate, x)), static_argnums=1
+)
+
+
 @pytest.mark.parametrize("gate", ["linear", "mlp", "all_heads"])
 @pytest.mark.parametrize("pi_init", [0.25, 0.5, 0.9])
 def test_gate_starts_at_pi_init(gate, pi_init):
     d, h = 32, 4
     p = {"l0." + k: v for k, v in gate_init(jax.random.key(0), gate, d, h, 4, pi_init).items()}
     zeros = jnp.zeros((2, 5, d), jnp.float32)
-    logits = jax.jit(lambda p, x: gate_logits(p, "l0.", gate, x))
-    pi = jax.nn.sigmoid(logits(p, zeros))
+    pi = _gate_pi(p, gate, zeros)
     np.testing.assert_allclose(np.asarray(pi), pi_init, rtol=1e-6)
     # On LayerNorm-scale inputs the N(0, 0.02^2) weights move each gate only slightly.
     x = jax.random.normal(jax.random.key(1), (8, 16, d), jnp.float32)
-    pi = np.asarray(jax.nn.sigmoid(logits(p, x)))
+    pi = np.asarray(_gate_pi(p, gate, x))
     assert pi.shape == (8, 16, h)
     assert abs(pi.mean() - pi_init) < 0.02
     assert np.abs(pi - pi_init).max() < 0.1
@@ -86,7 +93,12 @@ def test_gate_bias_is_logit_of_pi_init():
         logit(1.0)
 
 
-@pytest.mark.parametrize("gate", ["linear", "mlp", "all_heads"])
+# The linear gate's case is the slow tier's: its fast sibling is the tiny gated decoder of
+# tests/tasks/test_quant_probe.py, whose two linear gates (pi_init 0.25) it checks the same
+# way, and the linear-gated encoder of tests/tasks/test_quant_corpus.py runs its forward pass.
+@pytest.mark.parametrize(
+    "gate", [pytest.param("linear", marks=pytest.mark.slow), "mlp", "all_heads"]
+)
 def test_gated_model_starts_with_gates_at_pi_init(gate):
     cfg = QuantModelConfig(
         family="encoder", vocab_size=12, seq_len=12, n_layers=2, d_model=16, gate=gate
@@ -118,7 +130,11 @@ def _dead_rows(family: str, gamma: float, qk_scale: float = 1.0) -> np.ndarray:
     params = quant_model_init(jax.random.key(0), cfg)
     params |= {k: params[k] * qk_scale for k in ("l0.wq", "l0.wk")}
     tokens = jax.random.randint(jax.random.key(1), (16, 64), 6, 32)
+    return np.asarray(_dead_program(cfg, gamma)(params, tokens)).mean(axis=(0, 1))
 
+
+@functools.cache  # the two encoder calls differ only in the parameters: one program
+def _dead_program(cfg: QuantModelConfig, gamma: float):
     @jax.jit  # as training runs it: one compiled program, not one per operation
     def dead(params, tokens):
         probs = []
@@ -131,7 +147,7 @@ def _dead_rows(family: str, gamma: float, qk_scale: float = 1.0) -> np.ndarray:
         quant_model_apply(params, tokens, tokens * 0, cfg, gamma, 1.0, tap)
         return jnp.all(probs[0] == 0, axis=-1)
 
-    return np.asarray(dead(params, tokens)).mean(axis=(0, 1))
+    return dead
 
 
 def test_clipped_softmax_rows_are_alive_at_step_0():
@@ -157,7 +173,7 @@ def test_mlp_gate_has_d_head_over_4_units_fed_its_own_slice():
     assert cfg.param_shapes()["l0.gate.w1"] == (4, 32, 8)  # d_head 32 -> 8 hidden units
     p = {"l0." + k: v for k, v in gate_init(jax.random.key(0), "mlp", 128, 4, 8, 0.5).items()}
     x = jax.random.normal(jax.random.key(1), (1, 1, 128))
-    jac = jax.jacobian(lambda x: gate_logits(p, "l0.", "mlp", x))(x)  # (1, 1, H, 1, 1, D)
+    jac = jax.jit(jax.jacobian(lambda x: gate_logits(p, "l0.", "mlp", x)))(x)  # (1,1,H,1,1,D)
     jac = np.asarray(jac).reshape(4, 4, 32)  # head, input head slice, dims
     off_diagonal = ~np.eye(4, dtype=bool)
     assert np.all(jac[off_diagonal] == 0.0) and np.all(np.abs(jac[~off_diagonal]).sum(-1) > 0)

@@ -191,21 +191,27 @@ def test_bos_noise_replaces_the_first_token(family):
     params = quant_model_init(jax.random.key(0), cfg)
     tokens = jax.random.randint(jax.random.key(1), (2, 8), BOS + 1, 20).at[:, 0].set(BOS)
     noise = jax.random.normal(jax.random.key(2), (2, 16))
-    seen = {}
+    first = "emb.tok_seg" if family == "encoder" else "emb.sum"
 
-    def record(name, x):
-        seen[name] = x
-        return x
+    @jax.jit  # one program with the noise and one without, not one per operation
+    def apply_and_tap(p, noise_BxD):
+        seen = {}
+
+        def record(name, x):
+            seen[name] = x
+            return x
+
+        logits = quant_model_apply(p, tokens, tokens * 0, cfg, tap=record, bos_noise_BxD=noise_BxD)
+        return logits, seen[first]
 
     def apply(p, noise_BxD):
-        return quant_model_apply(p, tokens, tokens * 0, cfg, tap=record, bos_noise_BxD=noise_BxD)
+        return apply_and_tap(p, noise_BxD)[0]
 
-    logits = apply(params, noise)
-    first = "emb.tok_seg" if family == "encoder" else "emb.sum"
+    logits, embedded = apply_and_tap(params, noise)
     rms = jnp.sqrt(jnp.mean(jnp.square(params["tok_emb"])))
     added = params["seg_emb"][0] if family == "encoder" else params["pos_emb"][0]
     expected = noise * rms + added[None, :]
-    np.testing.assert_allclose(seen[first][:, 0], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(embedded[:, 0], expected, rtol=1e-6, atol=1e-7)
     # A sign flip of the learned [BOS] row (the table's RMS stays): unused under the noise.
     moved = {**params, "tok_emb": params["tok_emb"].at[BOS].multiply(-1.0)}
     assert jnp.array_equal(apply(moved, noise), logits)

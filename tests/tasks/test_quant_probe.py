@@ -55,7 +55,7 @@ def _check_float_pass(setup):
     logits = jax.jit(lambda p, b: quant_model_apply(p, b["tokens"], b["segments"], cfg))(
         params, batch
     )
-    ce, w = lm_loss_sums(logits, batch["labels"], batch["weights"])
+    ce, w = jax.jit(lm_loss_sums)(logits, batch["labels"], batch["weights"])
     np.testing.assert_allclose(float(fp["ce_sum"]), float(ce), rtol=1e-5)
     assert float(fp["w_sum"]) == float(w) == 4 * 12
     assert set(fp["min"]) == set(names) and set(fp["inf_norm"]) == set(cfg.metric_taps())
@@ -81,13 +81,19 @@ def _check_value_norms(setup):
     """Each head's value-vector norms, summed over delimiter and over other positions, are
     numpy's on the tapped V(x) (Fig. 2's measure)."""
     cfg, params, batch, _, _, fp = setup
-    seen = {}
 
-    def tap(name, x):
-        seen[name] = x
-        return x
+    @jax.jit  # one compiled program, not one per operation
+    def taps(params, batch):
+        seen = {}
 
-    quant_model_apply(params, batch["tokens"], batch["segments"], cfg, tap=tap)
+        def tap(name, x):
+            seen[name] = x
+            return x
+
+        quant_model_apply(params, batch["tokens"], batch["segments"], cfg, tap=tap)
+        return seen
+
+    seen = taps(params, batch)
     delim = np.asarray(build_corpus().delimiter_mask())[np.asarray(batch["tokens"])]  # (B, T)
     assert 0 < delim.sum() < delim.size  # both kinds of position are in the batch
     for i in range(cfg.n_layers):

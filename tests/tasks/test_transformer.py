@@ -48,19 +48,22 @@ def _compare(cfg, dtype, tokens, rtol, atol):
         )
 
 
-@pytest.mark.parametrize("layer_norm", [False, True])
+# Each dtype and each LayerNorm option is in the fast tier once: float64 without LayerNorm,
+# float32 with it; the other two pairs are their slow siblings (-m slow).
+@pytest.mark.parametrize("layer_norm", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_fast_equals_plain_float64(layer_norm, x64):
     cfg = TransformerConfig(layer_norm=layer_norm)
     _compare(cfg, jnp.float64, jnp.asarray(DATA.x_train), rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("layer_norm", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_fast_equals_plain_float32(layer_norm):
     cfg = TransformerConfig(layer_norm=layer_norm)
     _compare(cfg, jnp.float32, jnp.asarray(DATA.x_train), rtol=1e-4, atol=1e-5)
 
 
-def test_fast_equals_plain_nanda_config(x64):
+@pytest.mark.slow  # Nanda's sizes (p 113, width 128) of the same program: the fast sibling is
+def test_fast_equals_plain_nanda_config(x64):  # test_fast_equals_plain_float64[False]
     data = modular_split(ModularTask(p=113, train_fraction=0.3))
     _compare(TransformerConfig.nanda(), jnp.float64, jnp.asarray(data.x_train[:512]), 1e-12, 1e-13)
 
@@ -136,10 +139,9 @@ def test_build_model_vmaps_over_seeds():
     model = build_model(TransformerConfig())
     assert model.apply is transformer_apply_fast  # the fast pass is the training default
     keys = jax.random.split(jax.random.key(0), 3)
-    params = jax.vmap(lambda k: model.init(k, jnp.float32))(keys)
+    params = jax.jit(jax.vmap(lambda k: model.init(k, jnp.float32)))(keys)  # one program
     logits = jax.jit(jax.vmap(model.apply, in_axes=(0, None)))(params, DATA.x_train)
     assert logits.shape == (3, 480, 31)
-    np.testing.assert_allclose(
-        logits[1], model.apply(jax.tree.map(lambda x: x[1], params), DATA.x_train), atol=1e-5
-    )
+    one = jax.tree.map(lambda x: x[1], params)
+    np.testing.assert_allclose(logits[1], jax.jit(model.apply)(one, DATA.x_train), atol=1e-5)
     assert build_model(TransformerConfig(), fast=False).apply is transformer_apply
