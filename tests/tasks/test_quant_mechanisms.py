@@ -162,7 +162,7 @@ def _family_variant(fast: set[tuple[str, str]]) -> list:
     return [
         pytest.param(f, v, marks=() if (f, v) in fast else pytest.mark.slow, id=f"{f}-{v}")
         for f in ("encoder", "decoder")
-        for v in ("off_by_one", "sink", "sigmoid", "softpick", "gated_output")
+        for v in ("off_by_one", "sink", "sigmoid", "softpick", "gated_output", "gated", "gated_mlp")
     ]
 
 
@@ -175,6 +175,10 @@ _FAST_PAIRS = {
     ("decoder", "off_by_one"),
     ("decoder", "sink"),
     ("decoder", "gated_output"),
+    # The paper's two per-head gates, which no other fast test trains (the quick recipe's
+    # tiny run trains gated_all_heads and clipped_gated, the tiny lab vanilla and clipped).
+    ("encoder", "gated_mlp"),
+    ("decoder", "gated"),
 }
 
 
