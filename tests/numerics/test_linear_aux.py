@@ -54,6 +54,10 @@ from tests.numerics.test_per_token import (
 from tests.tolerances import BF16, DTYPES, F32, F64, ULPS
 
 CHUNK_ULPS = 1.5  # as tests/numerics/test_linear_cross_entropy.py
+
+# The fast tier runs every dtype in test_every_output_against_mpmath (the oracle test); the
+# other dtype sweeps keep bf16 there and run their other dtypes in the slow tier (-m slow).
+BF16_FAST = [BF16] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES if d != BF16]
 FLOOR = -30000.0  # stands for -inf in hidden (-inf * 0 in the identity's dot would be NaN)
 
 
@@ -214,7 +218,7 @@ def test_every_output_against_mpmath(dtype):
     check_aux(z, labels, np.dtype(dtype), 96)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_logits_up_to_640(dtype):
     # marin #8217: bf16 logits forward, float32 backward, 85.8 % softmax error at |z| 640.
     rng = np.random.default_rng(640)
@@ -241,7 +245,11 @@ def _sweep(k, chunk):
     return m, z, _identity_call(z, labels, chunk), _closed_form(m, k)
 
 
-@pytest.mark.parametrize(("k", "chunk"), [(2, 1), pytest.param(32, 8, marks=pytest.mark.slow)])
+# The exhaustive sweep is the slow tier's; its fast siblings are
+# test_every_output_against_mpmath[bfloat16] (the hard rows: margins to 40 across 11 chunks)
+# and tests/numerics/test_per_token.py's every-bf16-margin sweep of the materialized path.
+@pytest.mark.slow
+@pytest.mark.parametrize(("k", "chunk"), [(2, 1), (32, 8)])
 def test_every_bf16_margin(k, chunk):
     # Logits [m, 0, ..., 0] for every finite bf16 m, label 0, in chunks (K = 2: one column
     # each, so every row combines two chunks). The exact values are test_per_token's
@@ -285,7 +293,7 @@ def test_every_bf16_margin(k, chunk):
 # -- the peers' failure modes ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_common_offset_of_1e4_through_the_bias(dtype):
     # PyTorch #195829: a wrong loss when every logit shares a large offset. The offset is
     # 1e4 as the dtype holds it, added by the bias; the base logits are multiples of
@@ -345,25 +353,31 @@ def _exact_case(dtype, n=8, d=16, v=37, seed=0):
     return dyadic((n, d)), dyadic((d, v)), rng.integers(0, v, n).astype(np.int32)
 
 
+@functools.cache
+def _aux_program(**kw):
+    """One jitted program per option set (shapes and dtypes share it across tests)."""
+
+    def run(h, w, labels):
+        def f(h, w):
+            loss, aux = numerics.linear_cross_entropy(h, w, labels, return_aux=True, **kw)
+            total = loss + aux["log_prob"] + aux["entropy"] + aux["lse"]
+            return jnp.sum(total.astype(_ctype(h.dtype))), (loss, aux)
+
+        (_, (loss, aux)), grads = jax.value_and_grad(f, (0, 1), has_aux=True)(h, w)
+        return loss, aux, *grads
+
+    return jax.jit(run)
+
+
 def _run_aux(hidden, weight, labels, **kw):
     """(loss, aux, d hidden, d weight) of sum(loss + log_prob + entropy + lse) under jit."""
     dtype = np.dtype(hidden.dtype)
     with jax.enable_x64(dtype == np.float64):
-
-        @jax.jit
-        def run(h, w):
-            def f(h, w):
-                loss, aux = numerics.linear_cross_entropy(h, w, labels, return_aux=True, **kw)
-                total = loss + aux["log_prob"] + aux["entropy"] + aux["lse"]
-                return jnp.sum(total.astype(_ctype(dtype))), (loss, aux)
-
-            (_, (loss, aux)), grads = jax.value_and_grad(f, (0, 1), has_aux=True)(h, w)
-            return loss, aux, *grads
-
-        return jax.device_get(run(jnp.asarray(hidden), jnp.asarray(weight)))
+        run = _aux_program(**kw)
+        return jax.device_get(run(jnp.asarray(hidden), jnp.asarray(weight), jnp.asarray(labels)))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_chunk_size_invariance(dtype):
     # Each chunk size's outputs lie within their oracle bounds (check_aux, the bounds grow
     # with log2 of the number of chunks), so two chunk sizes agree within the sum of both
@@ -400,25 +414,26 @@ def test_chunk_size_invariance(dtype):
         np.testing.assert_array_equal(outs[a][1]["argmax"], outs[b][1]["argmax"])
 
 
-def test_batch_invariance():
+@pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
+def test_batch_invariance(dtype):
     # A row's outputs and its gradient rows do not depend on the other rows: on exact logits
     # (dyadic hidden and weight) bit for bit, alone, in two batches, at two positions.
-    for dtype in (BF16, F32):
-        hidden, weight, labels = _exact_case(dtype, n=8, seed=1)
-        other, _, other_labels = _exact_case(dtype, n=8, seed=2)
-        other[5], other_labels[5] = hidden[2], labels[2]
-        a = _run_aux(hidden, weight, labels, chunk_size=8)
-        b = _run_aux(other, weight, other_labels, chunk_size=8)
-        alone = _run_aux(hidden[2:3], weight, labels[2:3], chunk_size=8)
-        for x, y, w in ((a[0], b[0], alone[0]), (a[2], b[2], alone[2])):
-            np.testing.assert_array_equal(x[2], y[5])
-            np.testing.assert_array_equal(x[2], w[0])
-        for key in a[1]:
-            np.testing.assert_array_equal(a[1][key][2], b[1][key][5], err_msg=key)
-            np.testing.assert_array_equal(a[1][key][2], alone[1][key][0], err_msg=key)
+    # (float32: the slow tier's; bf16 is the fast sibling.)
+    hidden, weight, labels = _exact_case(dtype, n=8, seed=1)
+    other, _, other_labels = _exact_case(dtype, n=8, seed=2)
+    other[5], other_labels[5] = hidden[2], labels[2]
+    a = _run_aux(hidden, weight, labels, chunk_size=8)
+    b = _run_aux(other, weight, other_labels, chunk_size=8)
+    alone = _run_aux(hidden[2:3], weight, labels[2:3], chunk_size=8)
+    for x, y, w in ((a[0], b[0], alone[0]), (a[2], b[2], alone[2])):
+        np.testing.assert_array_equal(x[2], y[5])
+        np.testing.assert_array_equal(x[2], w[0])
+    for key in a[1]:
+        np.testing.assert_array_equal(a[1][key][2], b[1][key][5], err_msg=key)
+        np.testing.assert_array_equal(a[1][key][2], alone[1][key][0], err_msg=key)
 
 
-@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+@pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
 def test_reduction_none_gradients_are_per_row(dtype):
     # Liger #968: wrong gradients with reduction='none'. With a cotangent c per row, row i
     # of d hidden is c_i times the gradient of row i alone, for the loss and for each
@@ -501,7 +516,7 @@ def test_soft_cap_is_applied(dtype):
         _m_loss, m_aux = jax.jit(
             lambda z: numerics.cross_entropy(z, labels, soft_cap=2.0, return_aux=True)
         )(logits.astype(dtype))
-        uncapped = numerics.linear_cross_entropy(hidden, weight, labels)
+        uncapped = jax.jit(lambda h, w: numerics.linear_cross_entropy(h, w, labels))(hidden, weight)
     z64 = hidden.astype(np.float64) @ weight.astype(np.float64)
     exact = oracle.cross_entropy(z64, labels, soft_cap=2.0)
     bound = ULPS["value"][dtype] + CHUNK_ULPS + testing.OPTION_ULPS["value"]
@@ -563,11 +578,13 @@ def test_policy_gradient_matches_the_materialized_path_and_finite_differences():
         step = 1e-5
         f = jax.jit(chunked)
         for i, j in ((0, 0), (3, 4)):
-            e = jnp.zeros((n, d)).at[i, j].set(step)
+            e = np.zeros((n, d))
+            e[i, j] = step
             fd = (f(h + e, w) - f(h - e, w)) / (2 * step)
             assert abs(fd - dh[i, j]) <= step**2 * 100 + eps * 100 / step
         for i, j in ((1, 2), (4, 36)):
-            e = jnp.zeros((d, v)).at[i, j].set(step)
+            e = np.zeros((d, v))
+            e[i, j] = step
             fd = (f(h, w + e) - f(h, w - e)) / (2 * step)
             assert abs(fd - dw[i, j]) <= step**2 * 100 + eps * 100 / step
 
@@ -579,9 +596,11 @@ def test_temperature_divides_the_capped_logits():
     # that times their own conditioning; held to 2e-13 relative, generous for K = 37).
     with jax.enable_x64(True):
         hidden, weight, labels = _exact_case(np.float64, n=6, v=37, seed=5)
-        loss, aux = numerics.linear_cross_entropy(
-            hidden, weight, labels, soft_cap=3.0, temperature=0.5, chunk_size=8, return_aux=True
-        )
+        loss, aux = jax.jit(  # one program (eager: ~80 small ones)
+            lambda h, w: numerics.linear_cross_entropy(
+                h, w, labels, soft_cap=3.0, temperature=0.5, chunk_size=8, return_aux=True
+            )
+        )(hidden, weight)
     z = hidden @ weight
     zt = 3.0 * np.tanh(z / 3.0) / 0.5
     np.testing.assert_allclose(aux["entropy"], oracle.entropy(zt), rtol=2e-13)
@@ -592,7 +611,7 @@ def test_temperature_divides_the_capped_logits():
     assert np.max(np.abs(oracle.entropy(other) - aux["entropy"])) > 1e-3
 
 
-@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+@pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
 def test_capped_and_tempered_peaked_rows_keep_their_entropy(dtype):
     # Under a cap and a temperature the logits are computed from the dot's output, and XLA
     # recomputes their last multiply inside each consumer, contracted with the subtraction
@@ -721,8 +740,8 @@ def test_default_accumulation_is_the_unchanged_path():
     for kw in ({"accumulation_dtype": None}, {"temperature": 1.0}, {"return_aux": False}):
         for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(run(**kw)), strict=True):
             np.testing.assert_array_equal(a, b)
-    per_row = f(hidden, weight, labels)
-    with_aux = f(hidden, weight, labels, return_aux=True)[0]
+    per_row = jax.jit(lambda h, w: f(h, w, labels))(hidden, weight)  # eager: ~50 programs
+    with_aux = jax.jit(lambda h, w: f(h, w, labels, return_aux=True)[0])(hidden, weight)
     testing.assert_ulp_close(with_aux, np.asarray(per_row, np.float64), 1, BF16)
 
 
@@ -741,7 +760,9 @@ def test_masked_positions_give_zero_outputs_and_gradients():
         return aux["log_prob"].sum() + aux["entropy"].sum() + aux["lse"].sum(), (loss, aux)
 
     for kw in ({"where": where}, {"t": t, "ignore_index": -100}):
-        (_, (loss, aux)), dh = jax.value_and_grad(f, has_aux=True)(hidden, **kw)
+        # one program per mask (eager, each call was ~60 small ones)
+        run = jax.jit(lambda h, kw=kw: jax.value_and_grad(f, has_aux=True)(h, **kw))
+        (_, (loss, aux)), dh = run(hidden)
         for key in ("log_prob", "entropy", "lse", "z_loss"):
             assert not np.any(np.asarray(aux[key])[~where]), key
             assert np.all(np.asarray(aux[key])[where] != 0) or key == "z_loss", key
@@ -757,11 +778,16 @@ def test_materialized_aux_matches_the_chunked(dtype):
     # held here to the sum, ULPS and log2 K doubled.
     dtype = np.dtype(dtype)
     hidden, weight, labels = _exact_case(dtype, n=8, v=37, seed=8)
-    loss, aux = numerics.linear_cross_entropy(
-        hidden, weight, labels, chunk_size=8, return_aux=True, z_loss=1e-3
-    )
+    # Each call one program (eager, ~110 small ones).
+    loss, aux = jax.jit(
+        lambda h, w: numerics.linear_cross_entropy(
+            h, w, labels, chunk_size=8, return_aux=True, z_loss=1e-3
+        )
+    )(hidden, weight)
     logits = (hidden.astype(np.float64) @ weight.astype(np.float64)).astype(dtype)
-    m_loss, m_aux = numerics.cross_entropy(logits, labels, return_aux=True, z_loss=1e-3)
+    m_loss, m_aux = jax.jit(
+        lambda z: numerics.cross_entropy(z, labels, return_aux=True, z_loss=1e-3)
+    )(logits)
     tol = 1.0 if dtype.itemsize == 2 else 2 * (ULPS["value"][dtype] + CHUNK_ULPS + 8) + 16
     for key in ("log_prob", "entropy", "lse", "z_loss"):
         testing.assert_ulp_close(
@@ -770,8 +796,8 @@ def test_materialized_aux_matches_the_chunked(dtype):
     np.testing.assert_array_equal(aux["argmax"], m_aux["argmax"])
     testing.assert_ulp_close(loss, np.asarray(m_loss, np.float64), tol, dtype)
     # The same numbers as the per-token functions on the logits.
-    np.testing.assert_array_equal(m_aux["log_prob"], numerics.log_prob(logits, labels))
-    np.testing.assert_array_equal(m_aux["entropy"], numerics.entropy(logits))
+    np.testing.assert_array_equal(m_aux["log_prob"], jax.jit(numerics.log_prob)(logits, labels))
+    np.testing.assert_array_equal(m_aux["entropy"], jax.jit(numerics.entropy)(logits))
 
 
 def test_bad_input_raises_one_clear_error():
@@ -821,6 +847,10 @@ def _docs_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+# The slow tier's (its eager reference path compiles ~170 small programs, 11 s of a 2-core
+# CPU); its fast sibling, test_the_rl_example_fast, runs the same fused and materialized
+# computations with the same bound, the reference under jit.
+@pytest.mark.slow
 def test_the_rl_example_in_the_docs_runs_and_matches_the_materialized_path():
     # docs/examples.md's code, run as it is written: it asserts itself that the bf16
     # gradients are finite and within the stated bound of the materialized path's.
@@ -828,3 +858,54 @@ def test_the_rl_example_in_the_docs_runs_and_matches_the_materialized_path():
     exec(compile(_docs_example(), "docs/examples.md", "exec"), scope)
     assert math.isfinite(float(scope["loss"]))
     assert scope["d_hidden"].dtype == jnp.bfloat16
+
+
+def test_the_rl_example_fast():
+    # docs/examples.md's policy-gradient loss (the slow test above runs the block itself):
+    # the same inputs, the same fused bf16 value_and_grad of the REINFORCE / GRPO loss with
+    # an entropy bonus from aux["log_prob"] and aux["entropy"] under a response mask, and
+    # the same materialized float32 reference, here jitted, held to the block's bound.
+    b, t, d, v = 4, 16, 128, 1000
+
+    @jax.jit
+    def inputs():
+        k_h, k_w, k_a, k_adv = jax.random.split(jax.random.key(0), 4)
+        hidden = jax.random.normal(k_h, (b, t, d), jnp.float32).astype(jnp.bfloat16)
+        weight = (4 * jax.random.normal(k_w, (d, v), jnp.float32) / d**0.5).astype(jnp.bfloat16)
+        actions = jax.random.randint(k_a, (b, t), 0, v)
+        advantages = jax.random.normal(k_adv, (b, 1), jnp.float32)
+        mask = jnp.arange(t)[None, :] < jnp.array([[16], [12], [9], [14]])
+        return hidden, weight, actions, advantages, mask
+
+    hidden, weight, actions, advantages, mask = inputs()
+    beta = 1e-3
+
+    def rl_loss(log_prob, entropy):
+        n = jnp.sum(mask, dtype=jnp.float32)
+        pg = -jnp.sum(advantages * log_prob.astype(jnp.float32)) / n
+        return pg - beta * jnp.sum(entropy.astype(jnp.float32)) / n
+
+    def fused(hidden, weight):
+        _, aux = numerics.linear_cross_entropy(hidden, weight, actions, where=mask, return_aux=True)
+        return rl_loss(aux["log_prob"], aux["entropy"])
+
+    def of_logits(z):
+        return rl_loss(numerics.log_prob(z, actions, where=mask), numerics.entropy(z, where=mask))
+
+    @jax.jit
+    def reference(hidden, weight):
+        h32, w32 = hidden.astype(jnp.float32), weight.astype(jnp.float32)
+        z = jnp.einsum("btd,dv->btv", h32, w32, precision="highest")
+        g = jax.grad(of_logits)(z)  # the loss's gradient on the logits
+        return (
+            (jnp.einsum("btv,dv->btd", g, w32), jnp.einsum("btv,dv->btd", abs(g), abs(w32))),
+            (jnp.einsum("btd,btv->dv", h32, g), jnp.einsum("btd,btv->dv", abs(h32), abs(g))),
+        )
+
+    loss, (d_hidden, d_weight) = jax.jit(jax.value_and_grad(fused, (0, 1)))(hidden, weight)
+    refs = jax.device_get(reference(hidden, weight))
+    assert math.isfinite(float(loss)) and d_hidden.dtype == jnp.bfloat16
+    for got, (ref, scale) in zip(jax.device_get((d_hidden, d_weight)), refs, strict=True):
+        assert np.all(np.isfinite(got.astype(np.float32)))
+        err = np.abs(got.astype(np.float32) - ref)
+        assert np.all(err <= np.float32(2**-7) * (scale + np.abs(ref))), float(np.max(err))

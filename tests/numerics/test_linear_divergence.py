@@ -256,7 +256,14 @@ def _zero_program():
     return jax.jit(run)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+# bf16 in the fast tier (one compile of the seven-path program per dtype: 4 s each); the
+# other dtypes are the slow tier's, their fast siblings test_exact_zero_at_the_teacher[bfloat16]
+# and test_chunked_matches_materialized in that dtype.
+@pytest.mark.parametrize(
+    "dtype",
+    [BF16] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES if d != BF16],
+    ids=str,
+)
 def test_exact_zero_at_the_teacher(dtype):
     # General (not dyadic) entries: the logits round; student == teacher still gives
     # exactly 0, value and gradients, at T = 1 and T = 3, with a mask. The top-k form is
@@ -444,7 +451,13 @@ def _topk_reference(h, w, lp, idx):
     return value, g / np.float32(T_TOPK), kappa, grad_c, scale
 
 
-@pytest.mark.parametrize("dtype", [BF16, F32, F64], ids=str)
+# fp32 and fp64 are the slow tier's (-m slow); the fast siblings are bf16 here (the 16-bit
+# path), test_topk_edges and test_teacher_topk_feeds_the_top_k_kl (float32).
+@pytest.mark.parametrize(
+    "dtype",
+    [BF16, pytest.param(F32, marks=pytest.mark.slow), pytest.param(F64, marks=pytest.mark.slow)],
+    ids=str,
+)
 def test_topk_against_numpy(dtype):
     """The value against the k + 1-bin KL in numpy float64: fp32 and fp64 within
     `ULPS` value + log2 (k + 1) + kappa ulps, kappa = sum_b |x_b - w_b| c_b / value (the
@@ -582,7 +595,11 @@ def test_topk_rejects_logprobs_that_are_not_log_probabilities():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("chunk", [int(c) for c in CHUNKS])
+@pytest.mark.parametrize(
+    # chunk 7 (a partial last chunk) in every dtype in the fast tier; 8 and 64 in the slow one
+    "chunk",
+    [pytest.param(int(c), marks=() if c == "7" else pytest.mark.slow) for c in CHUNKS],
+)
 def test_teacher_topk_matches_the_materialized_log_softmax(dtype, chunk):
     rng = np.random.default_rng(11)
     h = _dyadic(rng, (2, 3, D_T), dtype)
@@ -606,14 +623,15 @@ def test_teacher_topk_feeds_the_top_k_kl():
     non-negative and of that rounding's order, and a different student's is larger."""
     rng = np.random.default_rng(12)
     h, w = _dyadic(rng, (N, D_T), F32), _dyadic(rng, (D_T, V), F32)
-    lp, idx = numerics.linear_topk_log_probs(h, w, K, chunk_size=7)
-    same = numerics.linear_topk_kl_divergence(h, w, lp, idx, chunk_size=8)
+    # Each call one program (op by op, the test compiled ~70 small ones).
+    top_k = jax.jit(numerics.linear_topk_log_probs, static_argnames=("k", "chunk_size"))
+    kl = jax.jit(numerics.linear_topk_kl_divergence, static_argnames="chunk_size")
+    lp, idx = top_k(h, w, K, chunk_size=7)
+    same = kl(h, w, lp, idx, chunk_size=8)
     assert np.all(np.asarray(same) >= 0) and float(jnp.max(same)) < 1e-10
-    other = numerics.linear_topk_kl_divergence(
-        h, _dyadic(rng, (D_T, V), F32), lp, idx, chunk_size=8
-    )
+    other = kl(h, _dyadic(rng, (D_T, V), F32), lp, idx, chunk_size=8)
     assert float(jnp.min(other)) > 1e-4
-    grads = jax.grad(lambda w_t: jnp.sum(numerics.linear_topk_log_probs(h, w_t, K)[0]))(w)
+    grads = jax.jit(jax.grad(lambda w_t: jnp.sum(numerics.linear_topk_log_probs(h, w_t, K)[0])))(w)
     assert not np.any(np.asarray(grads))  # the teacher is a constant
 
 

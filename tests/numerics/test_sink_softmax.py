@@ -41,6 +41,12 @@ CASES = [
     (1000, 1.0, 6.0),
 ]
 
+# The fast tier runs every dtype in test_random_rows_against_the_oracle (the oracle test);
+# the other dtype sweeps keep bf16 there and run their other dtypes in the slow tier, those
+# fast tests (bf16 here, and the oracle test in each dtype) their siblings.
+BF16_FAST = [BF16] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES if d != BF16]
+FAST_CASES = [(1, 1.0, 0.0), (3, 5.0, 30.0), (10, 3.0, -4.0), (100, 10.0, 40.0)]
+
 # Where each row's sink sits: "zero" is softmax off by one (s = 0); a number g puts the
 # sink at (row max) + g: far above the row (the sink holds nearly all the mass), just
 # above, tied with the row's max, below, and far below (past every dtype's cliff).
@@ -60,14 +66,25 @@ def _rows(dtype, k, scale, margin, seed=0):
     return x.astype(dtype), sink.astype(dtype)
 
 
-def _value_and_vjp(fn):
-    """jit of (x, sink, cotangent) -> (fn(x, sink=sink), d/dx, d/dsink) of sum(c * out)."""
+@functools.cache
+def _outputs(case, dtype):
+    """(x, sink, cotangent, {name: (fn(x, sink=sink), d/dx, d/dsink) of sum(c * out)}) on
+    the case's rows, both functions in one jitted program (one compile per case and dtype).
+    The cotangent picks the row's own top entry (not the sink's): d out[i] / d(x, s)."""
+    x, sink = _rows(dtype, *case)
+    i = np.argmax(x.astype(np.float64), -1)
+    cotangent = (np.arange(x.shape[-1]) == i[:, None]).astype(dtype)
 
     def run(x, sink, cotangent):
-        out, vjp = jax.vjp(lambda x, s: fn(x, sink=s), x, sink)
-        return (out, *vjp(cotangent.astype(out.dtype)))
+        outs = {}
+        for name, (fn, _, _) in FUNCTIONS.items():
+            out, vjp = jax.vjp(lambda x, s, fn=fn: fn(x, sink=s), x, sink)
+            outs[name] = (out, *vjp(cotangent.astype(out.dtype)))
+        return outs
 
-    return jax.jit(run)
+    with jax.enable_x64(dtype == np.float64):
+        args = (jnp.asarray(x), jnp.asarray(sink), jnp.asarray(cotangent))
+        return x, sink, cotangent, jax.device_get(jax.jit(run)(*args))
 
 
 def _conditioning(x, sink):
@@ -89,13 +106,15 @@ FUNCTIONS = {
 
 
 def _random_cases():
-    """Every (case, dtype); K = 1000 (5-11 s each, mostly the oracle) in the fast tier in
-    float32 only, the other dtypes in the slow tier."""
+    """Every (case, dtype). The fast tier: the cases of `FAST_CASES` in every dtype (K = 1,
+    3, 10 and 100, a margin below the others and one past every dtype's cliff); the rest,
+    K = 1000 (5-11 s each, mostly the oracle) among them, is the slow tier's, those fast
+    cases its siblings (the same code)."""
     return [
         pytest.param(
             case,
             dtype,
-            marks=pytest.mark.slow if case[0] >= 1000 and dtype != F32 else (),
+            marks=() if case in FAST_CASES else pytest.mark.slow,
             id=f"{'-'.join(map(str, case))}-{np.dtype(dtype).name}",
         )
         for case in CASES
@@ -106,16 +125,11 @@ def _random_cases():
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 @pytest.mark.parametrize(("case", "dtype"), _random_cases())
 def test_random_rows_against_the_oracle(case, dtype, name):
-    fn, exact_fn, exact_vjp = FUNCTIONS[name]
-    x, sink = _rows(dtype, *case)
+    _, exact_fn, exact_vjp = FUNCTIONS[name]
+    x, sink, cotangent, outs = _outputs(case, dtype)
     k = x.shape[-1]
-    # The cotangent picks the row's own top entry (not the sink's): d out[i] / d(x, s).
     i = np.argmax(x.astype(np.float64), -1)
-    cotangent = (np.arange(k) == i[:, None]).astype(dtype)
-    with jax.enable_x64(dtype == np.float64):
-        out, grad_x, grad_s = _value_and_vjp(fn)(
-            jnp.asarray(x), jnp.asarray(sink), jnp.asarray(cotangent)
-        )
+    out, grad_x, grad_s = outs[name]
     assert out.dtype == dtype and grad_x.dtype == dtype and grad_s.dtype == dtype
     entry, mean_gap, terms = _conditioning(x, sink)
     # p_k = e^shift_k / (1 + S_others) carries its own shift's rounding; every log p_k =
@@ -155,7 +169,7 @@ def _masked(dtype, rows=8, k=12, seed=3):
 
 @pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
 @pytest.mark.parametrize("name", list(FUNCTIONS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_a_sink_of_minus_inf_is_the_plain_function_bit_for_bit(dtype, name, masked):
     fn = FUNCTIONS[name][0]
     x, where = _masked(dtype)
@@ -172,7 +186,7 @@ def test_a_sink_of_minus_inf_is_the_plain_function_bit_for_bit(dtype, name, mask
     np.testing.assert_array_equal(np.asarray(many), np.asarray(plain))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_a_sink_of_minus_inf_is_log_softmax_bit_for_bit_on_wide_rows(dtype):
     """log_softmax has no division: bit for bit also where probabilities underflow."""
     x, _ = _masked(dtype)
@@ -199,7 +213,7 @@ def test_second_derivative_by_the_sink():
 
 
 @pytest.mark.parametrize("name", list(FUNCTIONS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_sink_zero_is_a_zero_logit_appended_then_dropped(dtype, name):
     fn = FUNCTIONS[name][0]
     x, _ = _rows(dtype, 10, 3.0, 5.0, seed=7)
@@ -213,9 +227,11 @@ def test_sink_zero_is_a_zero_logit_appended_then_dropped(dtype, name):
     conditioning = entry[:, :-1] if name == "softmax" else mean_gap[:, :-1]
     bound = general_bound("value", dtype, conditioning, 2 * terms)
     assert_ulp_close(ours, np.asarray(reference, np.float64), 2 * bound, dtype, err_msg=name)
-    # Python's 0 is the logit 0, not an integer array.
+    # Python's 0 is the logit 0, not an integer array (one program each, not op by op).
     with jax.enable_x64(dtype == np.float64):
-        np.testing.assert_array_equal(np.asarray(fn(x, sink=0)), np.asarray(fn(x, sink=0.0)))
+        np.testing.assert_array_equal(
+            np.asarray(jax.jit(lambda x: fn(x, sink=0))(x)), np.asarray(ours)
+        )
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
@@ -243,6 +259,8 @@ def test_gradients_against_finite_differences_in_float64():
         def loss(x, s, fn=fn):
             return jnp.sum(c * fn(x, sink=s))
 
+        loss = jax.jit(loss)  # one program for the function and its differences, not op by op
+
         gx, gs = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, sink)
         # Central differences: truncation h^2 / 6 |f'''| with |f'''| below 6 sum |c| for
         # softmax's and log-softmax's third derivatives (each a product of at most three
@@ -260,7 +278,7 @@ def test_gradients_against_finite_differences_in_float64():
                 assert abs(float(gx[r, j]) - float(fd)) <= tol, (name, r, j)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_the_sinks_gradient_is_minus_its_mass(dtype):
     """d log p_i / ds = -P_sink for every i, and d p_i / ds = -p_i P_sink."""
     x, sink = _rows(dtype, 4, 2.0, 2.0, seed=13)
@@ -279,22 +297,28 @@ def test_the_sinks_gradient_is_minus_its_mass(dtype):
     assert_ulp_close(d_p, -p * mass[:, None], bound, dtype, err_msg="d p / ds")
 
 
+# Jitted once for the tests below: one program per call's shapes, not one per operation.
+_softmax = jax.jit(numerics.softmax, static_argnames="axis")
+
+
 def test_per_head_sinks_broadcast_and_sum_their_gradient():
     """Scores (B, H, Q, K) with one learned sink per head, given as (H, 1) or (1, H, 1, 1)."""
     rng = np.random.default_rng(4)
     scores = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     heads = rng.standard_normal(3).astype(np.float32)
     per_row = np.broadcast_to(heads[None, :, None], (2, 3, 4))
-    want = numerics.softmax(scores, sink=per_row)
+    want = _softmax(scores, sink=per_row)
     for given in (heads[:, None], heads[None, :, None, None]):
-        np.testing.assert_array_equal(numerics.softmax(scores, sink=given), want)
+        np.testing.assert_array_equal(_softmax(scores, sink=given), want)
     # The sink's gradient sums over the rows it is broadcast to (B and Q).
-    grad = jax.grad(lambda s: jnp.sum(numerics.log_softmax(scores, sink=s[:, None])[..., 0]))
+    grad = jax.jit(
+        jax.grad(lambda s: jnp.sum(numerics.log_softmax(scores, sink=s[:, None])[..., 0]))
+    )
     expected = -np.sum(oracle.sink_probability(scores, per_row), axis=(0, 2))
     np.testing.assert_allclose(grad(heads), expected, rtol=1e-5)
     # A tuple of class axes: the sink is per row of the remaining axes.
-    both = numerics.softmax(scores, axis=(2, 3), sink=heads[None, :])
-    flat = numerics.softmax(scores.reshape(2, 3, 20), sink=heads[None, :]).reshape(scores.shape)
+    both = _softmax(scores, axis=(2, 3), sink=heads[None, :])
+    flat = _softmax(scores.reshape(2, 3, 20), sink=heads[None, :]).reshape(scores.shape)
     np.testing.assert_array_equal(both, flat)
 
 
@@ -311,17 +335,19 @@ def test_masked_rows_and_edge_values(name):
     bound = general_bound("value", F32, conditioning, 2 * terms)
     assert_ulp_close(out, exact_fn(x, sink, where=where, exact=True), bound, F32, err_msg=name)
     assert np.all(np.asarray(out[0]) == (0.0 if name == "softmax" else -np.inf))
-    grad = jax.grad(lambda s: jnp.sum(jnp.where(where, fn(x, where=where, sink=s), 0.0)))(sink)
+    grad = jax.jit(jax.grad(lambda s: jnp.sum(jnp.where(where, fn(x, where=where, sink=s), 0.0))))(
+        sink
+    )
     assert np.all(np.isfinite(grad)) and grad[0] == 0
     # NaN in a row or in its sink makes that row NaN (the max is NaN), the others unharmed.
     x_nan, s_nan = x.copy(), sink.copy()
     x_nan[1, 0], s_nan[2] = np.nan, np.nan
-    got = np.asarray(fn(x_nan, sink=s_nan))
+    got = np.asarray(jax.jit(lambda x, s: fn(x, sink=s))(x_nan, s_nan))
     assert np.all(np.isnan(got[1:3])) and not np.isnan(got[3:]).any()
     # A sink of +inf takes all the mass; an entry of +inf shares it with the sink.
     inf = np.array([[np.inf, 0.0]], np.float32)
-    np.testing.assert_array_equal(np.asarray(numerics.softmax(inf, sink=np.inf)), [[0.5, 0.0]])
-    np.testing.assert_array_equal(np.asarray(numerics.softmax(inf[:, 1:], sink=np.inf)), [[0.0]])
+    np.testing.assert_array_equal(np.asarray(_softmax(inf, sink=np.inf)), [[0.5, 0.0]])
+    np.testing.assert_array_equal(np.asarray(_softmax(inf[:, 1:], sink=np.inf)), [[0.0]])
 
 
 @pytest.mark.parametrize(
@@ -392,7 +418,14 @@ def test_plain_softmax_keeps_tiny_probabilities_beside_a_close_second():
 
 
 @pytest.mark.parametrize("kind", ["sink-softmax", "sink-log_softmax"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    # float32 in the fast tier; bf16, fp16 and fp64 are the slow tier's, their fast siblings
+    # tests/grokbench/test_audit_sink.py's bf16 audits (the same check through the CLI) and
+    # test_random_rows_against_the_oracle in each dtype
+    "dtype",
+    [pytest.param(d, marks=() if d == F32 else pytest.mark.slow) for d in DTYPES],
+    ids=str,
+)
 def test_the_public_check_passes_ours_in_every_dtype(dtype, kind):
     """`numerics.testing`'s check (the audit's): margin sweep, random rows, NaN."""
     from numerics import testing

@@ -303,22 +303,31 @@ def check(dtype, name, mesh, vocab_axis, batch_axis=None, kind="linear"):
     return worst
 
 
+# The fast tier: every dtype and each kind's every option at once ("all") in four cases;
+# float32 "all" of the linear kind is test_batch_and_vocab_together's. The other pairs are
+# the slow tier's (-m slow), these their fast siblings.
+FAST = {
+    "linear": {(BF16, "all"), (F64, "plain")},
+    "materialized": {(F32, "all"), (F16, "z_loss")},
+}
+
+
 def _params():
-    fast = {(F32, "all"), (BF16, "all"), (F64, "plain"), (F16, "z_loss")}
     return [
         pytest.param(
             dtype,
             name,
-            marks=() if (dtype, name) in fast else pytest.mark.slow,
-            id=f"{np.dtype(dtype).name}-{name}",
+            kind,
+            marks=() if (dtype, name) in FAST[kind] else pytest.mark.slow,
+            id=f"{kind}-{np.dtype(dtype).name}-{name}",
         )
+        for kind in ("linear", "materialized")
         for dtype in DTYPES
         for name in OPTIONS
     ]
 
 
-@pytest.mark.parametrize(("dtype", "name"), _params())
-@pytest.mark.parametrize("kind", ["linear", "materialized"])
+@pytest.mark.parametrize(("dtype", "name", "kind"), _params())
 def test_two_devices(dtype, name, kind):
     """The vocabulary over the conftest's 2 host devices."""
     assert len(jax.devices()) >= 2
@@ -331,15 +340,23 @@ def test_batch_and_vocab_together(kind):
     mesh = _mesh((2, 1), ("data", "vocab"))
     check(F32, "all", mesh, "vocab", batch_axis="data", kind=kind)
     hidden, weight, _, labels, where, _ = _case(F32)
-    for reduction in ("sum", "mean"):
-        got = numerics.sharded_linear_cross_entropy(
-            mesh, hidden, weight, labels, vocab_axis="vocab", batch_axis="data",
-            where=where, ignore_index=-100, reduction=reduction, chunk_size=CHUNK,
-        )  # fmt: skip
-        want = numerics.linear_cross_entropy(
-            hidden, weight, labels, where=where, ignore_index=-100, reduction=reduction,
-            chunk_size=CHUNK,
-        )  # fmt: skip
+
+    @jax.jit  # one program for both reductions (eager, each call was ~100 small ones)
+    def reduced(hidden, weight):
+        out = {}
+        for reduction in ("sum", "mean"):
+            got = numerics.sharded_linear_cross_entropy(
+                mesh, hidden, weight, labels, vocab_axis="vocab", batch_axis="data",
+                where=where, ignore_index=-100, reduction=reduction, chunk_size=CHUNK,
+            )  # fmt: skip
+            want = numerics.linear_cross_entropy(
+                hidden, weight, labels, where=where, ignore_index=-100, reduction=reduction,
+                chunk_size=CHUNK,
+            )  # fmt: skip
+            out[reduction] = got, want
+        return out
+
+    for got, want in jax.device_get(reduced(hidden, weight)).values():
         # Two row sums of 6 kept losses in another grouping, each within 5 u (N - 1) of the
         # sum of |losses|, plus the mean's division (u): float32.
         u = float(np.finfo(np.float32).eps) / 2
@@ -393,9 +410,14 @@ def test_example_mask():
         a = numerics.sharded_cross_entropy(mesh, z, labels, where, vocab_axis="vocab")
         return a, numerics.cross_entropy(z, labels, where=where)
 
-    (got, want), vjp = jax.vjp(both, logits)
-    g_got = vjp((jnp.ones_like(got), jnp.zeros_like(want)))[0]
-    g_want = vjp((jnp.zeros_like(got), jnp.ones_like(want)))[0]
+    @jax.jit  # one program (eager, ~240 small ones)
+    def run(z):
+        (got, want), vjp = jax.vjp(both, z)
+        g_got = vjp((jnp.ones_like(got), jnp.zeros_like(want)))[0]
+        g_want = vjp((jnp.zeros_like(got), jnp.ones_like(want)))[0]
+        return got, want, g_got, g_want
+
+    got, want, g_got, g_want = jax.device_get(run(logits))
     assert float(got[3]) == 0.0 and not np.asarray(g_got[3]).any()
     u = float(np.finfo(np.float32).eps) / 2
     # The "plain" bound of the model above (float32, materialized, P = 2), loosely: B =
