@@ -1,5 +1,6 @@
 """The examples under examples/ run, at a tiny size, and show what their docstrings say."""
 
+import functools
 import importlib.util
 import io
 import pathlib
@@ -72,6 +73,31 @@ def test_char_lm_trains_sharded_and_standard_and_distills(tmp_path):
     assert (tmp_path / "lm.png").stat().st_size > 10_000
 
 
+@functools.cache
+def _sharding_case():
+    """The example module, its arrays and head count, and a batch: shared by both meshes."""
+    lm = _load("char_lm")
+    params = lm.init(jax.random.key(3), width=16, layers=1, context=16, heads=2)
+    batch = jnp.asarray(lm.windows(lm.encode(lm.corpus()[:5000]), 16)[:8])
+    return lm, *lm._static(params), batch
+
+
+@functools.cache
+def _loss_and_grad(shape):
+    """One jitted program of the loss and its gradient: over a mesh of `shape`, or on one
+    device (shape None, compiled once for both meshes)."""
+    lm, _, heads, _ = _sharding_case()
+    mesh = None if shape is None else lm.make_mesh(shape)
+
+    def loss(arrays, batch):
+        params = {**arrays, "heads": heads}
+        return (
+            lm.unsharded_loss(params, batch) if mesh is None else lm.ours_loss(params, batch, mesh)
+        )
+
+    return jax.jit(jax.value_and_grad(loss))
+
+
 @pytest.mark.parametrize("shape", [(1, 2), (2, 1)], ids=["vocab2", "data2"])
 def test_char_lm_sharded_loss_equals_unsharded(shape):
     """The example's loss over the mesh (batch and vocabulary sharded at once) equals the
@@ -82,23 +108,18 @@ def test_char_lm_sharded_loss_equals_unsharded(shape):
     log-sum-exp's sums are grouped (per device and then psum'd, or in one chunk) and in the
     order of the mean's additions, a few float32 ulps (2^-24 relative each), far below the
     final rounding to bf16 (2^-9 relative). The two float32 values therefore round to the
-    same bf16 number or, when they straddle a rounding boundary, to neighbours: 1 ulp."""
-    lm = _load("char_lm")
-    params = lm.init(jax.random.key(3), width=16, layers=1, context=16, heads=2)
-    batch = jnp.asarray(lm.windows(lm.encode(lm.corpus()[:5000]), 16)[:8])
-    mesh = lm.make_mesh(shape)
-    arrays, heads = lm._static(params)
-    sharded = jax.jit(lambda a, b: lm.ours_loss({**a, "heads": heads}, b, mesh))(arrays, batch)
-    single = jax.jit(lambda a, b: lm.unsharded_loss({**a, "heads": heads}, b))(arrays, batch)
+    same bf16 number or, when they straddle a rounding boundary, to neighbours: 1 ulp.
+
+    Each path's value and gradient come from one program (`_loss_and_grad`), and the
+    one-device program is compiled once for both meshes."""
+    _, arrays, _, batch = _sharding_case()
+    sharded, g_sharded = _loss_and_grad(shape)(arrays, batch)
+    single, g_single = _loss_and_grad(None)(arrays, batch)
     assert sharded.dtype == single.dtype == jnp.bfloat16
     a, b = float(sharded), float(single)
     ulp = 2.0 ** (np.floor(np.log2(abs(b))) - 7)  # bf16: 8 significant bits
     assert abs(a - b) <= ulp, (a, b)
     # The gradients the two paths hand the optimizer agree too (head and embedding).
-    g_sharded = jax.jit(jax.grad(lambda a: lm.ours_loss({**a, "heads": heads}, batch, mesh)))(
-        arrays
-    )
-    g_single = jax.jit(jax.grad(lambda a: lm.unsharded_loss({**a, "heads": heads}, batch)))(arrays)
     for key in ("head", "embed"):
         np.testing.assert_allclose(
             g_sharded[key],

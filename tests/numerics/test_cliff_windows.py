@@ -19,28 +19,38 @@ from numerics.testing import assert_ulp_close
 from tests.tolerances import DTYPES, ULPS
 
 HALF_WIDTH = 4096
+DENSE = 4001
+# The fast tier's sibling of each sweep, at a sixteenth of the size (the same code, the same
+# bounds): the 2 * 256 + 1 ulps around the cliff and 250 margins to underflow. The full
+# sizes above are the slow tier's (-m slow).
+SIZES = [
+    pytest.param(HALF_WIDTH // 16, DENSE // 16, id="small"),
+    pytest.param(HALF_WIDTH, DENSE, id="full", marks=pytest.mark.slow),
+]
 
 
-def _margins(dtype, kind):
+def _margins(dtype, kind, sizes):
+    half_width, dense = sizes
     if kind == "window":
-        return oracle.ulp_window(numerics.precision_cliff(dtype), dtype, HALF_WIDTH)
+        return oracle.ulp_window(numerics.precision_cliff(dtype), dtype, half_width)
     underflow = -np.log(float(jnp.finfo(dtype).smallest_normal))
-    return np.unique(np.linspace(-40.0, 1.05 * underflow, 4001).astype(dtype))
+    return np.unique(np.linspace(-40.0, 1.05 * underflow, dense).astype(dtype))
 
 
 @functools.cache
-def _case(dtype, kind):
-    m = _margins(dtype, kind)
+def _case(dtype, kind, sizes):
+    m = _margins(dtype, kind, sizes)
     logits = np.stack([m, np.zeros_like(m)], axis=-1)
     labels = np.zeros(m.shape, np.int64)
     return m, logits, labels, oracle.cross_entropy_value_and_grad(logits, labels, exact=True)
 
 
+@pytest.mark.parametrize(("half_width", "dense"), SIZES)
 @pytest.mark.parametrize("kind", ["window", "dense"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fixed_cross_entropy_near_cliff_and_to_underflow(dtype, kind):
+def test_fixed_cross_entropy_near_cliff_and_to_underflow(dtype, kind, half_width, dense):
     with jax.enable_x64(dtype == np.float64):
-        m, logits, labels, (exact_loss, exact_grad) = _case(dtype, kind)
+        m, logits, labels, (exact_loss, exact_grad) = _case(dtype, kind, (half_width, dense))
         loss, grad = jax.jit(jax.vmap(jax.value_and_grad(numerics.cross_entropy)))(
             jnp.asarray(logits), jnp.asarray(labels, jnp.int32)
         )
@@ -51,10 +61,11 @@ def test_fixed_cross_entropy_near_cliff_and_to_underflow(dtype, kind):
     assert_ulp_close(grad[:, 1], exact_grad[:, 1], grad_bound, inputs=m, err_msg="other grad")
 
 
+@pytest.mark.parametrize(("half_width", "dense"), SIZES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fixed_log_softmax_and_softmax_gradient_in_cliff_window(dtype):
+def test_fixed_log_softmax_and_softmax_gradient_in_cliff_window(dtype, half_width, dense):
     with jax.enable_x64(dtype == np.float64):
-        m, logits, _, _ = _case(dtype, "window")
+        m, logits, _, _ = _case(dtype, "window", (half_width, dense))
         x = jnp.asarray(logits)
         log_probs = jax.jit(numerics.log_softmax)(x)
         # Gradient of the dominant probability: q0 (1 - q0) on entry 0, never 1 - 1.
@@ -70,10 +81,11 @@ def test_fixed_log_softmax_and_softmax_gradient_in_cliff_window(dtype):
         assert_ulp_close(grad[:, k], exact_grad[:, k], bound, inputs=m, err_msg=f"dq0 / dz{k}")
 
 
+@pytest.mark.parametrize(("half_width", "dense"), SIZES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_standard_collapses_exactly_at_the_cliff(dtype):
+def test_standard_collapses_exactly_at_the_cliff(dtype, half_width, dense):
     with jax.enable_x64(dtype == np.float64):
-        m, logits, labels, _ = _case(dtype, "window")
+        m, logits, labels, _ = _case(dtype, "window", (half_width, dense))
         grad = jax.jit(jax.vmap(jax.grad(standard.cross_entropy)))(
             jnp.asarray(logits), jnp.asarray(labels, jnp.int32)
         )

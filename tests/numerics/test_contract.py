@@ -84,13 +84,24 @@ def test_normalizers_and_soft_targets_keep_dtype(dtype, fn):
     assert out.shape == ((3,) if fn in SOFT else (3, 4))
 
 
+@jax.jit  # test_empty_batch_and_single_class in one program, not one per primitive
+def _empty_and_single(empty_z, empty_t, z, t):
+    return (
+        numerics.cross_entropy(empty_z, empty_t),
+        jax.value_and_grad(numerics.cross_entropy)(z, t),
+        numerics.logit_margin(z, t),
+        numerics.log_softmax(z[None] + 2.0),
+    )
+
+
 def test_empty_batch_and_single_class():
-    empty = numerics.cross_entropy(jnp.zeros((0, 4)), jnp.zeros((0,), jnp.int32))
+    empty, (loss, grad), margin, logs = _empty_and_single(
+        jnp.zeros((0, 4)), jnp.zeros((0,), jnp.int32), jnp.array([3.0]), jnp.array(0)
+    )
     assert empty.shape == (0,)
-    loss, grad = jax.value_and_grad(numerics.cross_entropy)(jnp.array([3.0]), jnp.array(0))
     assert float(loss) == 0.0 and float(grad[0]) == 0.0
-    assert float(numerics.logit_margin(jnp.array([3.0]), jnp.array(0))) == np.inf
-    np.testing.assert_array_equal(numerics.log_softmax(jnp.array([[5.0]])), [[0.0]])
+    assert float(margin) == np.inf
+    np.testing.assert_array_equal(logs, [[0.0]])  # log_softmax([[5.0]])
 
 
 def test_bad_inputs_raise_clear_errors():
@@ -145,52 +156,62 @@ def test_nan_propagates_through_losses():
 
 
 def test_infinite_and_huge_logits():
-    # docs/style.md 10: [36., 10000.] and -inf entries.
-    loss, grad = jax.value_and_grad(numerics.cross_entropy)(
-        jnp.array([36.0, 10000.0]), jnp.array(1)
-    )
+    # docs/style.md 10: [36., 10000.] and -inf entries. Jitted: one program per function
+    # and shape, not one per primitive.
+    value_and_grad = jax.jit(jax.value_and_grad(numerics.cross_entropy))
+    loss, grad = value_and_grad(jnp.array([36.0, 10000.0]), jnp.array(1))
     assert float(loss) == 0.0 and np.all(np.asarray(grad) == 0.0)  # e^-9964 underflows
-    loss, grad = jax.value_and_grad(numerics.cross_entropy)(
-        jnp.array([36.0, 10000.0]), jnp.array(0)
-    )
+    loss, grad = value_and_grad(jnp.array([36.0, 10000.0]), jnp.array(0))
     assert float(loss) == 9964.0 and np.asarray(grad).tolist() == [-1.0, 1.0]
     z = jnp.array([-jnp.inf, 0.0, 1.0])
-    loss, grad = jax.value_and_grad(numerics.cross_entropy)(z, jnp.array(2))
+    loss, grad = value_and_grad(z, jnp.array(2))
     assert np.isfinite(loss) and float(grad[0]) == 0.0
-    np.testing.assert_array_equal(
-        np.asarray(numerics.log_softmax(jnp.array([jnp.inf, 0.0]))), [0.0, -np.inf]
-    )
-    g = jax.grad(lambda z: numerics.log_softmax(z)[1])(jnp.array([-jnp.inf, 0.0]))
+    log_probs, g = jax.jit(
+        lambda a, b: (numerics.log_softmax(a), jax.grad(lambda z: numerics.log_softmax(z)[1])(b))
+    )(jnp.array([jnp.inf, 0.0]), jnp.array([-jnp.inf, 0.0]))
+    np.testing.assert_array_equal(np.asarray(log_probs), [0.0, -np.inf])
     assert np.all(np.isfinite(g))
+
+
+@jax.jit  # every masked computation of test_masks in one program, not one per primitive
+def _masked(z, keep):
+    none = jnp.zeros_like(keep)
+    return dict(
+        logs=numerics.log_softmax(z, where=keep),
+        subset_logs=jax.nn.log_softmax(z[0, [0, 2, 3]]),
+        probs=numerics.softmax(z, where=keep),
+        none_logs=numerics.log_softmax(z, where=none),
+        none_probs=numerics.softmax(z, where=none),
+        loss_grad=jax.value_and_grad(
+            lambda z: numerics.cross_entropy(z, jnp.array([2]), where=keep)[0]
+        )(z),
+        sub_loss_grad=jax.value_and_grad(lambda z: numerics.cross_entropy(z, jnp.array(1)))(
+            z[0, [0, 2, 3]]
+        ),
+        masked_target=numerics.cross_entropy(z, jnp.array([1]), where=keep)[0],
+        optax_form=jax.nn.logsumexp(z[0, [0, 2, 3]]) - z[0, 1],
+    )
 
 
 def test_masks():
     z = jnp.array([[1.0, 2.0, 3.0, 4.0]])
     keep = jnp.array([[True, False, True, True]])
-    logs = numerics.log_softmax(z, where=keep)
+    out = _masked(z, keep)
+    logs = out["logs"]
     assert logs[0, 1] == -np.inf
-    np.testing.assert_allclose(logs[0, [0, 2, 3]], jax.nn.log_softmax(z[0, [0, 2, 3]]), rtol=1e-6)
-    assert numerics.softmax(z, where=keep)[0, 1] == 0
+    np.testing.assert_allclose(logs[0, [0, 2, 3]], out["subset_logs"], rtol=1e-6)
+    assert out["probs"][0, 1] == 0
     # Fully masked rows: -inf log-probabilities, 0 probabilities.
-    none = jnp.zeros_like(keep)
-    assert np.all(np.asarray(numerics.log_softmax(z, where=none)) == -np.inf)
-    assert np.all(np.asarray(numerics.softmax(z, where=none)) == 0)
+    assert np.all(np.asarray(out["none_logs"]) == -np.inf)
+    assert np.all(np.asarray(out["none_probs"]) == 0)
     # Cross-entropy over the kept entries equals cross-entropy on the subset.
-    loss, grad = jax.value_and_grad(
-        lambda z: numerics.cross_entropy(z, jnp.array([2]), where=keep)[0]
-    )(z)
-    sub_loss, sub_grad = jax.value_and_grad(lambda z: numerics.cross_entropy(z, jnp.array(1)))(
-        z[0, [0, 2, 3]]
-    )
+    loss, grad = out["loss_grad"]
+    sub_loss, sub_grad = out["sub_loss_grad"]
     np.testing.assert_allclose(loss, sub_loss, rtol=1e-6)
     np.testing.assert_allclose(grad[0, [0, 2, 3]], sub_grad, rtol=1e-6)
     assert grad[0, 1] == 0
     # A masked-out target gives optax's logsumexp(kept) - z_t (issue 19).
-    np.testing.assert_allclose(
-        numerics.cross_entropy(z, jnp.array([1]), where=keep)[0],
-        jax.nn.logsumexp(z[0, [0, 2, 3]]) - z[0, 1],
-        rtol=1e-6,
-    )
+    np.testing.assert_allclose(out["masked_target"], out["optax_form"], rtol=1e-6)
 
 
 def test_cross_entropy_past_exact_float_indices(monkeypatch):
@@ -203,10 +224,13 @@ def test_cross_entropy_past_exact_float_indices(monkeypatch):
     keep = jnp.array([[True, True, True, False], [True] * 4, [True, False, True, True]])
 
     def loss_and_grads():
-        return [
-            jax.value_and_grad(lambda z, w=w: numerics.cross_entropy(z, t, where=w).sum())(z)
-            for w in (None, keep)
-        ]
+        # A fresh jit each call, so the second traces again under the monkeypatch.
+        return jax.jit(
+            lambda z: [
+                jax.value_and_grad(lambda z, w=w: numerics.cross_entropy(z, t, where=w).sum())(z)
+                for w in (None, keep)
+            ]
+        )(z)
 
     fused = loss_and_grads()
     monkeypatch.setattr(_cross_entropy, "_index_exact", lambda n, dtype: False)
@@ -243,25 +267,30 @@ def test_standard_is_jax_nn_and_optax_bit_for_bit(dtype):
     z = (3 * jax.random.normal(jax.random.key(1), (5, 7))).astype(dtype)
     t = jnp.array([0, 1, 6, 3, 2])
     teacher = z[::-1]
-    pairs = [
-        (standard.log_softmax(z), jax.nn.log_softmax(z)),
-        (standard.softmax(z), jax.nn.softmax(z)),
-        (
+    # Each side in one program of its own (not one per primitive), so neither is compiled
+    # together with the other.
+    mine = jax.jit(
+        lambda z: [
+            standard.log_softmax(z),
+            standard.softmax(z),
             standard.logsumexp(z, (1,), b=teacher, where=z > -3, return_sign=True),
-            jax.nn.logsumexp(z, (1,), b=teacher, where=z > -3, return_sign=True),
-        ),
-        (standard.cross_entropy(z, t), optax.softmax_cross_entropy_with_integer_labels(z, t)),
-        (
+            standard.cross_entropy(z, t),
             jax.grad(lambda z: standard.cross_entropy(z, t).sum())(z),
-            jax.grad(lambda z: optax.softmax_cross_entropy_with_integer_labels(z, t).sum())(z),
-        ),
-        (
             standard.soft_target_cross_entropy(z, teacher),
+        ]
+    )(z)
+    theirs = jax.jit(
+        lambda z: [
+            jax.nn.log_softmax(z),
+            jax.nn.softmax(z),
+            jax.nn.logsumexp(z, (1,), b=teacher, where=z > -3, return_sign=True),
+            optax.softmax_cross_entropy_with_integer_labels(z, t),
+            jax.grad(lambda z: optax.softmax_cross_entropy_with_integer_labels(z, t).sum())(z),
             optax.softmax_cross_entropy(z, jax.nn.softmax(teacher)),
-        ),
-    ]
-    for ours, theirs in pairs:
-        np.testing.assert_array_equal(np.asarray(ours, np.float64), np.asarray(theirs, np.float64))
+        ]
+    )(z)
+    for got, want in zip(mine, theirs, strict=True):
+        np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
 
 
 def test_fixed_equals_standard_where_standard_is_exact():
@@ -283,27 +312,36 @@ def test_integer_labels_equal_a_one_hot_teacher():
     z = jax.random.normal(jax.random.key(2), (3, 5))
     t = jnp.array([4, 0, 2])
     one_hot_logits = jnp.where(jax.nn.one_hot(t, 5, dtype=bool), 0.0, -jnp.inf)
-    hard, hard_grad = jax.value_and_grad(lambda z: numerics.cross_entropy(z, t).sum())(z)
-    soft, soft_grad = jax.value_and_grad(
-        lambda z: numerics.soft_target_cross_entropy(z, one_hot_logits).sum()
+    hard, hard_grad = jax.jit(jax.value_and_grad(lambda z: numerics.cross_entropy(z, t).sum()))(z)
+    soft, soft_grad = jax.jit(
+        jax.value_and_grad(lambda z: numerics.soft_target_cross_entropy(z, one_hot_logits).sum())
     )(z)
     np.testing.assert_allclose(soft, hard, rtol=1e-6)
     np.testing.assert_allclose(soft_grad, hard_grad, atol=1e-7)
 
 
+@jax.jit  # the whole example in one program, not one per primitive
+def _section_2(z, t):
+    return (
+        standard.log_softmax(z),
+        jax.grad(lambda z: standard.softmax(z)[0])(z),
+        jax.value_and_grad(standard.cross_entropy)(z, t),
+        numerics.log_softmax(z),
+        jax.grad(lambda z: numerics.softmax(z)[0])(z),
+        jax.value_and_grad(numerics.cross_entropy)(z, t),
+    )
+
+
 def test_paper_section_2_example():
     z, t = jnp.array([9.0, -9.0, -9.0], jnp.float32), jnp.array(0)
+    std_log, std_dq0, (std_loss, std_grad), log, dq0, (loss, grad) = _section_2(z, t)
     # Standard: all three collapse to exactly 0 on the target.
-    assert standard.log_softmax(z)[0] == 0.0
-    assert jax.grad(lambda z: standard.softmax(z)[0])(z)[0] == 0.0
-    std_loss, std_grad = jax.value_and_grad(standard.cross_entropy)(z, t)
+    assert std_log[0] == 0.0
+    assert std_dq0[0] == 0.0
     assert std_loss == 0.0 and std_grad[0] == 0.0 and std_grad[1] > 0
     # Fixed: the paper's values, summing to zero.
-    np.testing.assert_allclose(numerics.log_softmax(z), [-3.046e-8, -18.0, -18.0], rtol=1e-3)
-    np.testing.assert_allclose(
-        jax.grad(lambda z: numerics.softmax(z)[0])(z), [3.046e-8, -1.523e-8, -1.523e-8], rtol=1e-3
-    )
-    loss, grad = jax.value_and_grad(numerics.cross_entropy)(z, t)
+    np.testing.assert_allclose(log, [-3.046e-8, -18.0, -18.0], rtol=1e-3)
+    np.testing.assert_allclose(dq0, [3.046e-8, -1.523e-8, -1.523e-8], rtol=1e-3)
     np.testing.assert_allclose(loss, 3.046e-8, rtol=1e-3)
     np.testing.assert_allclose(grad, [-3.046e-8, 1.523e-8, 1.523e-8], rtol=1e-3)
 
@@ -328,8 +366,9 @@ def test_standard_soft_target_is_not_zero_at_the_teacher(dtype):
     # Regression for Softmax Cancellation (paper section 3): the residual the fixed
     # version removes, about 1e-3 in bf16 and 1e-8 in fp32.
     z = (3 * jax.random.normal(jax.random.key(3), (64, 16))).astype(dtype)
-    residual = jax.grad(lambda s: standard.soft_target_cross_entropy(s, z).sum())(z)
-    fixed = jax.grad(lambda s: numerics.soft_target_cross_entropy(s, z).sum())(z)
+    # One program for each gradient, not one per primitive.
+    residual = jax.jit(jax.grad(lambda s: standard.soft_target_cross_entropy(s, z).sum()))(z)
+    fixed = jax.jit(jax.grad(lambda s: numerics.soft_target_cross_entropy(s, z).sum()))(z)
     assert float(jnp.abs(residual).max()) > 0
     assert float(jnp.abs(fixed).max()) == 0
 
@@ -337,11 +376,14 @@ def test_standard_soft_target_is_not_zero_at_the_teacher(dtype):
 def test_stablemax_against_oracle():
     z = np.array([[2.0, -1.0, 0.5, -3.0], [100.0, -50.0, 0.0, 1.0]])
     t = np.array([0, 3])
-    with jax.enable_x64(True):
-        grad = jax.grad(lambda z: numerics.stablemax_cross_entropy(z, jnp.asarray(t)).sum())(
+    with jax.enable_x64(True):  # value and gradient in one program, not one per primitive
+
+        def loss(z):
+            return numerics.stablemax_cross_entropy(z, jnp.asarray(t))
+
+        per_row, grad = jax.jit(lambda z: (loss(z), jax.grad(lambda z: loss(z).sum())(z)))(
             jnp.asarray(z)
         )
-        per_row = numerics.stablemax_cross_entropy(jnp.asarray(z), jnp.asarray(t))
     exact_loss, exact_grad = oracle.stablemax_cross_entropy_value_and_grad(z, t)
     np.testing.assert_allclose(per_row, exact_loss, rtol=1e-14)
     np.testing.assert_allclose(grad, exact_grad, rtol=1e-13, atol=1e-16)
@@ -350,8 +392,9 @@ def test_stablemax_against_oracle():
 def test_zero_sum_projection():
     z = jnp.array([[30.0, 0.0, -1.0]], jnp.float32)  # past the fp32 cliff
     t = jnp.array([0])
-    grad = jax.grad(lambda z: numerics.zero_sum_cross_entropy(z, t).sum())(z)
-    std = jax.grad(lambda z: standard.cross_entropy(z, t).sum())(z)
+    # Each gradient in one program, not one per primitive.
+    grad = jax.jit(jax.grad(lambda z: numerics.zero_sum_cross_entropy(z, t).sum()))(z)
+    std = jax.jit(jax.grad(lambda z: standard.cross_entropy(z, t).sum()))(z)
     assert std[0, 0] == 0.0  # collapsed
     np.testing.assert_allclose(
         np.asarray(grad, np.float64), oracle.zero_sum_projection(np.asarray(std)), rtol=1e-6
@@ -366,16 +409,16 @@ def test_clipped_softmax_against_oracle_and_dead_attention():
     gamma = numerics.clipped_softmax_gamma(4.0, 128)
     assert gamma == -4.0 / 128
     with jax.enable_x64(True):
-        out = numerics.clipped_softmax(jnp.asarray(x), gamma)
+        out = jax.jit(numerics.clipped_softmax)(jnp.asarray(x), gamma)
     np.testing.assert_allclose(out, oracle.clipped_softmax(x, gamma), rtol=1e-14, atol=1e-15)
-    assert np.all(np.asarray(numerics.clipped_softmax(jnp.asarray(x), 0.0)) > 0)
+    assert np.all(np.asarray(jax.jit(numerics.clipped_softmax)(jnp.asarray(x), 0.0)) > 0)
     # Near-uniform attention over T >> alpha tokens: every stretched probability
     # is below zero, the output and its gradient vanish (the "dead attention" of
     # the quantization lab).
     uniform = jnp.zeros((1, 130))
-    dead = numerics.clipped_softmax(uniform, numerics.clipped_softmax_gamma(4.0, 130))
+    dead = jax.jit(numerics.clipped_softmax)(uniform, numerics.clipped_softmax_gamma(4.0, 130))
     assert np.all(np.asarray(dead) == 0)
-    grad = jax.grad(lambda u: numerics.clipped_softmax(u, -4.0 / 130).sum())(uniform)
+    grad = jax.jit(jax.grad(lambda u: numerics.clipped_softmax(u, -4.0 / 130).sum()))(uniform)
     assert np.all(np.asarray(grad) == 0)
     with pytest.raises(ValueError):
         numerics.clipped_softmax_gamma(0.0, 10)

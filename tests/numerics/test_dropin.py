@@ -89,7 +89,6 @@ def test_jvp_jacfwd_and_hessian_agree_with_the_peers(name):
     dz = jnp.asarray(np.cos(np.arange(Z.size)).reshape(Z.shape), F64)
     close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-14)
 
-    @functools.partial(jax.jit, static_argnums=0)
     def derivatives(f, z, dz):
         return (
             jax.jvp(f, (z,), (dz,))[1],
@@ -99,9 +98,14 @@ def test_jvp_jacfwd_and_hessian_agree_with_the_peers(name):
             jax.jvp(jax.grad(_weighted(f)), (z,), (dz,))[1],
         )
 
-    for got, want in zip(derivatives(ours, z, dz), derivatives(theirs, z, dz), strict=True):
+    @jax.jit  # every derivative of both functions in one program per case
+    def everything(z, dz):
+        return derivatives(ours, z, dz), derivatives(theirs, z, dz), jax.jacrev(ours)(z)
+
+    mine, peers, reverse = everything(z, dz)
+    for got, want in zip(mine, peers, strict=True):
         close(got, want)
-    close(jax.jit(jax.jacrev(ours))(z), jax.jit(jax.jacfwd(ours))(z))
+    close(reverse, mine[1])  # jacrev against jacfwd
 
 
 # Finite-difference step per dtype: large enough that rounding f(z +- eps v) in the
@@ -194,18 +198,28 @@ def test_cross_entropy_with_no_classes():
 X = np.linspace(-2.0, 3.0, 2 * 3 * 4).reshape(2, 3, 4) ** 2 / 3
 
 
-@pytest.mark.parametrize("axis", [(1, 2), (2, 0), (-1,), None])
 @pytest.mark.parametrize(
-    ("ours", "theirs"),
-    [(numerics.log_softmax, jax.nn.log_softmax), (numerics.softmax, jax.nn.softmax)],
+    ("ours", "theirs", "axis"),
+    [
+        # Every axis form with one function each, and each function with two of them, in
+        # the fast tier; the other pairs in the slow tier.
+        pytest.param(ours, theirs, axis, marks=() if (a + f) % 2 == 0 else pytest.mark.slow)
+        for f, (ours, theirs) in enumerate(
+            [(numerics.log_softmax, jax.nn.log_softmax), (numerics.softmax, jax.nn.softmax)]
+        )
+        for a, axis in enumerate([(1, 2), (2, 0), (-1,), None])
+    ],
 )
 def test_tuple_and_none_axes_normalise_over_all_of_them(ours, theirs, axis):
     x = jnp.asarray(X, F32)
     keep = jnp.asarray(np.arange(X.size).reshape(X.shape) % 5 != 0)
-    for where in (None, keep):
-        np.testing.assert_allclose(
-            ours(x, axis=axis, where=where), theirs(x, axis=axis, where=where), rtol=1e-6
-        )
+
+    @jax.jit  # one program per case instead of one per primitive
+    def both(x, keep):
+        return [(ours(x, axis=axis, where=w), theirs(x, axis=axis, where=w)) for w in (None, keep)]
+
+    for got, want in both(x, keep):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_tuple_axes_in_the_losses_match_optax():
@@ -239,7 +253,17 @@ def test_tuple_axes_in_the_losses_match_optax():
 X4 = np.cos(np.arange(2 * 3 * 4 * 5)).reshape(2, 3, 4, 5) * 3
 
 
-@pytest.mark.parametrize("axis", [(3, 2), (-1, -2), (3, 1), (3, 1, 0), (2, 3)])
+@pytest.mark.parametrize(
+    "axis",
+    [
+        (3, 2),
+        (3, 1),
+        (3, 1, 0),
+        # (3, 2) with negative indices, and a sorted pair: the slow tier's (-m slow).
+        pytest.param((-1, -2), marks=pytest.mark.slow),
+        pytest.param((2, 3), marks=pytest.mark.slow),
+    ],
+)
 def test_unsorted_tuple_axes_read_the_flat_label_in_the_order_given(axis):
     # issue 31: the axes were sorted, so (3, 2) read the label as an index into the
     # (4, 5) slice instead of the (5, 4) one optax reads; values differed by up to 0.58.
@@ -301,9 +325,9 @@ def test_soft_target_where_masks_entries_and_rows_as_optax():
 def test_soft_target_where_keeps_the_exact_zero_at_the_teacher(dtype):
     z = jnp.asarray(Z, dtype)
     for where in (jnp.array([[True, False, True, True], [False] * 4]), jnp.array([False, True])):
-        grad = jax.grad(lambda s, w=where: numerics.soft_target_cross_entropy(s, z, where=w).sum())(
-            z
-        )
+        grad = jax.jit(  # one program instead of one per primitive
+            jax.grad(lambda s, w=where: numerics.soft_target_cross_entropy(s, z, where=w).sum())
+        )(z)
         assert np.all(np.asarray(grad, np.float64) == 0)
     with pytest.raises(ValueError, match="where"):
         numerics.soft_target_cross_entropy(z, z, where=jnp.ones(4, bool)[None, None])
@@ -468,10 +492,17 @@ def test_kl_with_log_targets_matches_optax_on_log_probabilities(dtype, axis):
     # `axis` (log_softmax of random logits, shape (4, 5, 6)).
     rng = np.random.default_rng(43)
     student, teacher = (jnp.asarray(rng.standard_normal((4, 5, 6)), dtype) for _ in range(2))
-    log_q, log_p = (jax.nn.log_softmax(z, axis=axis) for z in (student, teacher))
-    theirs = np.asarray(optax.losses.kl_divergence_with_log_targets(log_q, log_p, axis=axis))
-    ours = np.asarray(numerics.kl_divergence(student, teacher, axis=axis))
-    from_logs = np.asarray(numerics.kl_divergence(log_q, log_p, axis=axis))
+
+    @jax.jit  # one program per case instead of one per primitive
+    def all_three(student, teacher):
+        log_q, log_p = (jax.nn.log_softmax(z, axis=axis) for z in (student, teacher))
+        return (
+            optax.losses.kl_divergence_with_log_targets(log_q, log_p, axis=axis),
+            numerics.kl_divergence(student, teacher, axis=axis),
+            numerics.kl_divergence(log_q, log_p, axis=axis),
+        )
+
+    theirs, ours, from_logs = (np.asarray(a) for a in all_three(student, teacher))
     # optax sums K = 4 to 6 terms p (log p - log q) of rounded log-probabilities: each term
     # carries about 3 roundings of |log p| + |log q| < 11 (|log p| < 5.5 here), weighted by
     # p (summing to 1), 33 eps; log_softmax's rows sum to 1 within K eps, times KL < 2,
@@ -530,19 +561,38 @@ def _lse_tolerances(x, b, where, axis):
     return squeeze(value), per_entry * np.abs(b * e / total), per_entry * np.abs(e / total)
 
 
-@pytest.mark.parametrize("axis", [None, 0, -1, (1, 2), (2, 0), ()])
-@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize(
+    ("axis", "keepdims"),
+    [
+        # Every axis form once, keepdims alternating, in the fast tier; the other pairs in
+        # the slow tier.
+        pytest.param(axis, keepdims, marks=() if (a + k) % 2 == 0 else pytest.mark.slow)
+        for k, keepdims in enumerate([False, True])
+        for a, axis in enumerate([None, 0, -1, (1, 2), (2, 0), ()])
+    ],
+)
 def test_logsumexp_axes_and_keepdims_as_jax_nn(axis, keepdims):
     x = jnp.asarray(X, F64)
-    ours = numerics.logsumexp(x, axis=axis, keepdims=keepdims)
-    theirs = jax.nn.logsumexp(x, axis=axis, keepdims=keepdims)
+    ours, theirs = jax.jit(  # one program per case instead of one per primitive
+        lambda x: (
+            numerics.logsumexp(x, axis=axis, keepdims=keepdims),
+            jax.nn.logsumexp(x, axis=axis, keepdims=keepdims),
+        )
+    )(x)
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
     tol, _, _ = _lse_tolerances(X, 1.0, np.ones(X.shape, bool), axis)
     np.testing.assert_array_less(np.abs(ours - theirs), np.reshape(tol, ours.shape) + 1e-300)
 
 
-@pytest.mark.parametrize("axis", [None, 1, (2, 0)])
-@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize(
+    ("axis", "signed"),
+    [
+        # Every axis once, each sign in the fast tier; the other pairs in the slow tier.
+        pytest.param(axis, signed, marks=() if (a + s) % 2 == 0 else pytest.mark.slow)
+        for s, signed in enumerate([False, True])
+        for a, axis in enumerate([None, 1, (2, 0)])
+    ],
+)
 def test_logsumexp_b_where_and_return_sign_as_jax_nn(axis, signed):
     x = jnp.asarray(X, F64)
     b = jnp.asarray(0.5 + np.cos(np.arange(X.size)).reshape(X.shape) ** 2, F64)
@@ -581,8 +631,12 @@ def test_logsumexp_gradient_in_b_where_b_is_zero():
     # the derivative, e^(x_k) / sum (a weight that starts at 0 can still grow).
     x = jnp.array([0.0, 1.0, 2.0])
     b = jnp.array([1.0, 0.0, 2.0])
-    ours = jax.grad(lambda b: numerics.logsumexp(x, b=b))(b)
-    theirs = jax.grad(lambda b: jax.nn.logsumexp(x, b=b))(b)
+    ours, theirs = jax.jit(  # one program instead of one per primitive
+        lambda b: (
+            jax.grad(lambda b: numerics.logsumexp(x, b=b))(b),
+            jax.grad(lambda b: jax.nn.logsumexp(x, b=b))(b),
+        )
+    )(b)
     exact = np.exp(x) / np.sum(b * np.exp(x))
     np.testing.assert_allclose(ours, exact, rtol=1e-15)
     assert theirs[1] == 0 and ours[1] > 0

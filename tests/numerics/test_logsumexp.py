@@ -138,21 +138,25 @@ def _evaluate(x, b, where):
     return value, grad, value_b, sign_b, *grads_b
 
 
-def _rows(dtype):
-    """The hard cases of `numerics.testing` (K up to 1000: margins to 40, ties and near-ties,
-    -inf entries, 1e4 offsets, tiny scales), two rows each, padded with -inf to one K."""
+def _rows(dtype, quick=False):
+    """The hard cases of `numerics.testing` (K up to 1000, or up to 100 when `quick`: margins
+    to 40, ties and near-ties, -inf entries, 1e4 offsets, tiny scales), two rows each, padded
+    with -inf to one K."""
     made = [
         _check_cases.plant_rows(case, dtype, 2, seed=5)[0]
-        for case in _check_cases.random_cases(quick=False, max_k=1000, dtype=dtype)
+        for case in _check_cases.random_cases(quick=quick, max_k=1000, dtype=dtype)
     ]
     k = max(r.shape[-1] for r in made)
     pad = [np.pad(r, ((0, 0), (0, k - r.shape[-1])), constant_values=-np.inf) for r in made]
     return np.concatenate(pad).astype(dtype)
 
 
+# quick: every case up to K = 100 (every kind of row, a tenth of the entries), the fast
+# tier's; the cases up to K = 1000 are the slow tier's (-m slow).
+@pytest.mark.parametrize("quick", [True, pytest.param(False, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_values_and_gradients_against_mpmath(dtype):
-    x = _rows(dtype)
+def test_values_and_gradients_against_mpmath(dtype, quick):
+    x = _rows(dtype, quick)
     rng = np.random.default_rng(3)
     b = (rng.random(x.shape) * 2 + 0.1).astype(dtype)  # positive scales
     b[:, ::7] = 0  # left out (their entries still have a derivative d/db)
@@ -203,7 +207,7 @@ def test_one_dominant_entry_keeps_the_tail_that_jax_rounds_away(dtype):
     with jax.enable_x64(np.dtype(dtype) == np.float64):
         ours = jax.device_get(_value_and_grad(jnp.asarray(x)))
         theirs = np.asarray(jax.jit(jax.nn.logsumexp, static_argnums=1)(x, -1))
-        assert np.array_equal(standard.logsumexp(x, -1), theirs)
+        assert np.array_equal(jax.jit(standard.logsumexp, static_argnums=1)(x, -1), theirs)
     top = x.max(-1, keepdims=True)
     naive = top[:, 0] + np.log(np.exp(x - top).sum(-1))  # M + log(sum), in the dtype
     bound = value_bound(x, exact.astype(np.float64), dtype)
@@ -230,7 +234,7 @@ def test_the_tangent_rule_beats_autodiff_through_the_formula():
     exact = oracle.softmax(x, exact=True)
     through = jax.jit(jax.grad(lambda x: logsumexp_last.fun(x, None, None)[0].sum()))(x)
     assert np.max(oracle.ulp_error(np.asarray(through), exact, F32)) > 100
-    ours = jax.grad(lambda x: numerics.logsumexp(x, axis=-1).sum())(x)
+    ours = jax.jit(jax.grad(lambda x: numerics.logsumexp(x, axis=-1).sum()))(x)
     bound = general_bound("value", F32, np.max(x, -1, keepdims=True) - x, x.shape[-1])
     testing.assert_ulp_close(ours, exact, bound)
 
@@ -246,8 +250,9 @@ def test_edge_cases_as_jax_nn():
             [-inf, 3.0, -inf, 1.0],  # -inf entries left out
         ]
     )
-    ours = numerics.logsumexp(x, axis=-1, return_sign=True)
-    theirs = jax.nn.logsumexp(x, axis=-1, return_sign=True)
+    ours, theirs = jax.jit(  # one program, not one per primitive
+        lambda x: [f(x, axis=-1, return_sign=True) for f in (numerics.logsumexp, jax.nn.logsumexp)]
+    )(x)
     exact, sign, _, _ = oracle.logsumexp_value_and_grad(x, exact=True)
     testing.assert_ulp_close(ours[0], exact, value_bound(x, exact.astype(np.float64), F64))
     np.testing.assert_array_equal(ours[1], sign.astype(np.float64))
@@ -258,12 +263,13 @@ def test_edge_cases_as_jax_nn():
     # -inf too, where jax.nn's gradient is NaN.
     none = np.zeros(4, bool)
     assert numerics.logsumexp(x[0], where=none, return_sign=True) == (-inf, 0.0)
-    assert not np.any(jax.grad(lambda r: numerics.logsumexp(r, where=none))(x[0]))
-    assert not np.any(jax.grad(numerics.logsumexp)(x[1]))
-    assert np.all(np.isnan(jax.grad(jax.nn.logsumexp)(x[1])))
+    # The gradients each in one jitted program, not one per primitive.
+    assert not np.any(jax.jit(jax.grad(lambda r: numerics.logsumexp(r, where=none)))(x[0]))
+    assert not np.any(jax.jit(jax.grad(numerics.logsumexp))(x[1]))
+    assert np.all(np.isnan(jax.jit(jax.grad(jax.nn.logsumexp))(x[1])))
     keep = np.array([True, False, True, False])  # kept: only -inf; masked out: finite
     assert numerics.logsumexp(x[4], where=keep) == -inf
-    assert not np.any(jax.grad(lambda r: numerics.logsumexp(r, where=keep))(x[4]))
+    assert not np.any(jax.jit(jax.grad(lambda r: numerics.logsumexp(r, where=keep)))(x[4]))
     # Entries with b = 0 are left out, +inf and NaN ones too, as in jax.nn.
     row, b = np.array([inf, nan, 1.0, 2.0]), np.array([0.0, 0.0, 1.0, 1.0])
     kept = row[None, 2:]
@@ -285,7 +291,10 @@ def test_signed_b_with_and_without_return_sign():
     x = np.array([[1.0, 1.0, -3.0], [0.5, 2.0, 0.0], [0.0, -25.0, -40.0]])
     b = np.array([[1.0, -2.0, 0.5], [3.0, -0.25, 1.0], [1.0, -1.0, 1.0]])
     grads = jax.grad(lambda x, b: numerics.logsumexp(x, -1, b, return_sign=True)[0].sum(), (0, 1))
-    (value, sign), (g_x, g_b) = numerics.logsumexp(x, -1, b, return_sign=True), grads(x, b)
+    # Value and gradients in one program, not one per primitive.
+    (value, sign), (g_x, g_b) = jax.jit(
+        lambda x, b: (numerics.logsumexp(x, -1, b, return_sign=True), grads(x, b))
+    )(x, b)
     exact, exact_sign, exact_g_x, exact_g_b = oracle.logsumexp_value_and_grad(x, b=b, exact=True)
     exact64 = exact.astype(np.float64)
     testing.assert_ulp_close(value, exact, value_bound(x, exact64, F64, b=b))

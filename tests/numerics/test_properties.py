@@ -5,6 +5,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -16,6 +17,13 @@ from tests.tolerances import DTYPES
 # Few distinct shapes, so JAX compiles each function a handful of times.
 PROFILE = settings(derandomize=True, max_examples=40, deadline=None)
 SIZES = (1, 2, 3, 7, 31)
+# The class counts each test draws from: in the fast tier K = 1, 2 and 31 (the single
+# class, the pair, a long row: 12 programs a function instead of 20), every size of SIZES
+# in the slow tier (-m slow). The same properties and bounds either way.
+SIZE_TIERS = [
+    pytest.param((1, 2, 31), id="few-sizes"),
+    pytest.param(SIZES, id="all-sizes", marks=pytest.mark.slow),
+]
 
 # Jitted once per shape and dtype: run eagerly, every example compiled each op anew.
 _softmax = jax.jit(numerics.softmax)
@@ -32,9 +40,9 @@ def _soft_target_grad(student, teacher, temperature=1.0):
 
 
 @st.composite
-def logits_and_dtype(draw, min_k=1):
+def logits_and_dtype(draw, min_k=1, sizes=SIZES):
     dtype = draw(st.sampled_from(DTYPES))
-    k = draw(st.sampled_from([k for k in SIZES if k >= min_k]))
+    k = draw(st.sampled_from([k for k in sizes if k >= min_k]))
     rows = 2
     scale = draw(st.sampled_from([1e-3, 1.0, 10.0, 60.0]))
     base = draw(hnp.arrays(np.float64, (rows, k), elements=st.floats(-1, 1)))
@@ -45,10 +53,11 @@ def _eps(dtype):
     return float(jnp.finfo(dtype).eps)
 
 
+@pytest.mark.parametrize("sizes", SIZE_TIERS)
 @PROFILE
-@given(logits_and_dtype())
-def test_softmax_rows_sum_to_one_and_log_softmax_is_non_positive(case):
-    z, dtype = case
+@given(data=st.data())
+def test_softmax_rows_sum_to_one_and_log_softmax_is_non_positive(sizes, data):
+    z, dtype = data.draw(logits_and_dtype(sizes=sizes))
     with jax.enable_x64(True):
         probs = np.asarray(_softmax(jnp.asarray(z)), np.float64)
         logs = np.asarray(_log_softmax(jnp.asarray(z)), np.float64)
@@ -57,10 +66,12 @@ def test_softmax_rows_sum_to_one_and_log_softmax_is_non_positive(case):
     assert np.all(logs <= 0)
 
 
+@pytest.mark.parametrize("sizes", SIZE_TIERS)
 @PROFILE
-@given(logits_and_dtype(), st.sampled_from([-7.0, 0.5, 3.0]))
-def test_shift_invariance(case, shift):
-    z, dtype = case
+@given(data=st.data())
+def test_shift_invariance(sizes, data):
+    z, dtype = data.draw(logits_and_dtype(sizes=sizes))
+    shift = data.draw(st.sampled_from([-7.0, 0.5, 3.0]))
     shifted = (z.astype(np.float64) + shift).astype(dtype)
     # Shifting re-rounds the logits; compare both against their own float64 result.
     with jax.enable_x64(True):
@@ -70,11 +81,13 @@ def test_shift_invariance(case, shift):
     np.testing.assert_allclose(a, b, atol=tol)
 
 
+@pytest.mark.parametrize("sizes", SIZE_TIERS)
 @PROFILE
-@given(st.sampled_from(DTYPES).flatmap(lambda d: testing.labelled_logits(d, sizes=SIZES[1:])))
-def test_cross_entropy_non_negative_and_gradients_sum_to_zero(case):
+@given(data=st.data())
+def test_cross_entropy_non_negative_and_gradients_sum_to_zero(sizes, data):
     # numerics.testing's hard cases: margins to past underflow, ties, 1e4 offsets, -inf.
-    z, labels = case
+    dtype = data.draw(st.sampled_from(DTYPES))
+    z, labels = data.draw(testing.labelled_logits(dtype, sizes=sizes[1:]))
     dtype = z.dtype
     with jax.enable_x64(True):
         loss, grad = _ce_value_and_grad(jnp.asarray(z), jnp.asarray(labels))
@@ -84,20 +97,23 @@ def test_cross_entropy_non_negative_and_gradients_sum_to_zero(case):
     np.testing.assert_allclose(grad.sum(-1), 0.0, atol=2 * z.shape[-1] * _eps(dtype))
 
 
+@pytest.mark.parametrize("sizes", SIZE_TIERS)
 @PROFILE
-@given(logits_and_dtype(min_k=2), st.sampled_from([1.0, 4.0]))
-def test_soft_target_gradient_is_exactly_zero_at_the_teacher(case, temperature):
-    z, _ = case
+@given(data=st.data())
+def test_soft_target_gradient_is_exactly_zero_at_the_teacher(sizes, data):
+    z, _ = data.draw(logits_and_dtype(min_k=2, sizes=sizes))
+    temperature = data.draw(st.sampled_from([1.0, 4.0]))
     with jax.enable_x64(True):
         x = jnp.asarray(z)
         grad = _soft_target_grad(x, x, temperature=temperature)
     assert np.all(np.asarray(grad) == 0), "fixed soft-target CE must be exactly zero"
 
 
+@pytest.mark.parametrize("sizes", SIZE_TIERS)
 @PROFILE
-@given(logits_and_dtype(min_k=2), st.data())
-def test_soft_target_gradient_sums_to_zero(case, data):
-    teacher, dtype = case
+@given(data=st.data())
+def test_soft_target_gradient_sums_to_zero(sizes, data):
+    teacher, dtype = data.draw(logits_and_dtype(min_k=2, sizes=sizes))
     noise = data.draw(hnp.arrays(np.float64, teacher.shape, elements=st.floats(-1, 1)))
     student = (teacher.astype(np.float64) + noise).astype(dtype)
     with jax.enable_x64(True):
