@@ -42,6 +42,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     ).strip()
 
 import argparse
+import functools
 import pathlib
 import sys
 import time
@@ -212,16 +213,23 @@ def monitor(params, batch, loss_name):
     return numerics.collapse_stats(z, y, grads=grads)
 
 
+# Module-level programs (the head count static): every model of one shape shares one compile.
+@functools.partial(jax.jit, static_argnums=0)
+def _window_losses(heads, arrays, batch):
+    z = logits_of({**arrays, "heads": heads}, batch[:, :-1]).astype(jnp.float32)
+    return jnp.sum(numerics.cross_entropy(z, batch[:, 1:]), axis=-1)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _window_topk(heads, k, arrays, batch):
+    z = logits_of({**arrays, "heads": heads}, batch[:, :-1]).astype(jnp.float32)
+    return jax.lax.top_k(jax.nn.log_softmax(z, axis=-1), k)
+
+
 def eval_loss(params, data, batch_size: int) -> float:
     """Mean float32 cross-entropy of the bf16 logits over held-out windows (nats/char)."""
     arrays, heads = _static(params)
-
-    @jax.jit
-    def one(arrays, batch):
-        z = logits_of({**arrays, "heads": heads}, batch[:, :-1]).astype(jnp.float32)
-        return jnp.sum(numerics.cross_entropy(z, batch[:, 1:]), axis=-1)
-
-    per_window = _batched(lambda b: one(arrays, b), data, batch_size)
+    per_window = _batched(lambda b: _window_losses(heads, arrays, b), data, batch_size)
     return float(np.sum(per_window, dtype=np.float64)) / (len(data) * (data.shape[1] - 1))
 
 
@@ -296,13 +304,7 @@ def teacher_topk(params, data, k: int, batch_size: int):
     """The teacher's top-k log-probabilities (float32) and indices at every position of
     every window, computed once: (windows, T, k) each."""
     arrays, heads = _static(params)
-
-    @jax.jit
-    def one(arrays, batch):
-        z = logits_of({**arrays, "heads": heads}, batch[:, :-1]).astype(jnp.float32)
-        return jax.lax.top_k(jax.nn.log_softmax(z, axis=-1), k)
-
-    return _batched(lambda b: one(arrays, b), data, batch_size)
+    return _batched(lambda b: _window_topk(heads, k, arrays, b), data, batch_size)
 
 
 def distill(student, train_data, lp, idx, *, steps, batch_size, lr, seed, out=sys.stdout):
