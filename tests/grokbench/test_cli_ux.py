@@ -196,12 +196,22 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
 def test_sigint_to_a_training_process_exits_130_promptly(tmp_path):
     shape = ["p=7", "d_model=8", "n_heads=2", "steps=10000000", "eval_every=10", "seeds=1"]
     argv = ["run", "fig2-top", *shape, "loss=fixed", "--no-progress"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grokbench.cli", *argv, "--results", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Ctrl-C as a terminal delivers it: a pytest started in the background by a
+    # non-interactive shell ignores SIGINT, a child inherits an ignored (or blocked) signal
+    # through exec, and Python then installs no KeyboardInterrupt handler. A handled one is
+    # reset to the default in the child, so handle it, unblocked, while the child starts.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grokbench.cli", *argv, "--results", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, old)
     assert proc.stderr.readline().startswith("planned:")  # the forecast: training is under way
     start = time.perf_counter()
     proc.send_signal(signal.SIGINT)
