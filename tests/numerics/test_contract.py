@@ -239,21 +239,37 @@ def test_cross_entropy_past_exact_float_indices(monkeypatch):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_jit_and_vmap_agree_with_eager():
+# cross_entropy (with the bf16 gradient) in the fast tier; the other functions, each
+# ~40 eager primitives compiled, in the slow tier (-m slow). Their fast siblings: the
+# cross_entropy case (the same jit, vmap and eager machinery), and the eager calls of
+# logit_margin and soft_target_cross_entropy in test_nan_propagates_through_losses (each
+# function under jit against the oracle: test_random_oracle.py, and
+# test_stablemax_against_oracle here).
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cross_entropy",
+        pytest.param("logit_margin", marks=pytest.mark.slow),
+        pytest.param("stablemax_cross_entropy", marks=pytest.mark.slow),
+        pytest.param("soft_target_cross_entropy", marks=pytest.mark.slow),
+    ],
+)
+def test_jit_and_vmap_agree_with_eager(name):
     # Fusion may reorder a sum, so agreement is to a few ulps, not bit-for-bit.
     z = jax.random.normal(jax.random.key(0), (4, 6), jnp.float32)
     t = jnp.array([0, 5, 2, 3])
+    fn = getattr(numerics, name)
 
     def close(a, b):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=4 * np.finfo(np.float32).eps)
 
-    for fn in (numerics.cross_entropy, numerics.logit_margin, numerics.stablemax_cross_entropy):
-        close(jax.jit(fn)(z, t), fn(z, t))
-        close(jax.vmap(fn)(z, t), fn(z, t))
-    close(
-        jax.jit(numerics.soft_target_cross_entropy)(z, z[::-1]),
-        numerics.soft_target_cross_entropy(z, z[::-1]),
-    )
+    if name == "soft_target_cross_entropy":
+        close(jax.jit(fn)(z, z[::-1]), fn(z, z[::-1]))
+        return
+    close(jax.jit(fn)(z, t), fn(z, t))
+    close(jax.vmap(fn)(z, t), fn(z, t))
+    if name != "cross_entropy":
+        return
     # The gradient too, in bf16 (test_random_oracle.py measures accuracy under jit).
     zb = (3 * z).astype(jnp.bfloat16)
     grad = jax.grad(lambda a: numerics.cross_entropy(a, t).sum())
@@ -298,14 +314,13 @@ def test_fixed_equals_standard_where_standard_is_exact():
     t = jnp.array([2])
     with jax.enable_x64(True):
         z = jnp.asarray(z, jnp.float64)
-        np.testing.assert_allclose(
-            numerics.cross_entropy(z, t), standard.cross_entropy(z, t), rtol=1e-15
+        # Each side in one program (op by op the four calls compiled ~100 small ones).
+        fixed, standard_ = (
+            jax.jit(lambda z, f=f: (f(z, t), jax.grad(lambda z: f(z, t).sum())(z)))(z)
+            for f in (numerics.cross_entropy, standard.cross_entropy)
         )
-        np.testing.assert_allclose(
-            jax.grad(lambda z: numerics.cross_entropy(z, t).sum())(z),
-            jax.grad(lambda z: standard.cross_entropy(z, t).sum())(z),
-            rtol=1e-14,
-        )
+        np.testing.assert_allclose(fixed[0], standard_[0], rtol=1e-15)
+        np.testing.assert_allclose(fixed[1], standard_[1], rtol=1e-14)
 
 
 def test_integer_labels_equal_a_one_hot_teacher():
@@ -346,19 +361,27 @@ def test_paper_section_2_example():
     np.testing.assert_allclose(grad, [-3.046e-8, 1.523e-8, 1.523e-8], rtol=1e-3)
 
 
+@jax.jit  # the whole example in one program, not one per primitive
+def _section_3(z_s, z_t):
+    return (
+        jax.grad(standard.soft_target_cross_entropy)(z_s, z_t),
+        jax.grad(numerics.soft_target_cross_entropy)(z_s, z_t),
+        jax.grad(numerics.soft_target_cross_entropy)(z_t, z_t),
+    )
+
+
 def test_paper_section_3_example():
     z_t = jnp.array([2.0, 1.0, 0.0], jnp.float32)
     z_s = z_t + jnp.array([-1e-7, 1e-7, 0.0], jnp.float32)
-    std = jax.grad(standard.soft_target_cross_entropy)(z_s, z_t)
+    std, fixed, at_teacher = _section_3(z_s, z_t)
     exact = oracle.soft_target_cross_entropy_grad(np.asarray(z_s), np.asarray(z_t))
     if runtime.has_fma():  # the paper's digits are those of a fused multiply-add's rounding
         np.testing.assert_allclose(std, [-5.960e-8, 1.452e-8, -1.123e-9], rtol=2e-3)
     # Without it the standard gradient rounds otherwise, and is as wrong (the paper's point).
     assert np.max(np.abs(np.asarray(std, np.float64) - exact) / np.abs(exact)) > 0.1
-    fixed = jax.grad(numerics.soft_target_cross_entropy)(z_s, z_t)
     np.testing.assert_allclose(fixed, [-4.596e-8, 4.144e-8, 4.513e-9], rtol=1e-3)
     np.testing.assert_allclose(fixed, exact, rtol=1e-5)
-    assert np.all(np.asarray(jax.grad(numerics.soft_target_cross_entropy)(z_t, z_t)) == 0)
+    assert np.all(np.asarray(at_teacher) == 0)
 
 
 @pytest.mark.parametrize("dtype", [BF16, F32], ids=str)

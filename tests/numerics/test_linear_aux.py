@@ -35,6 +35,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mpmath
 import numpy as np
 import pytest
 
@@ -128,6 +129,11 @@ def lse_bound(z, dtype, exact_lse, chunk):
 def _identity_call(z, labels, chunk, **kw):
     """linear_cross_entropy on hidden = z (N, K), weight = the identity: exact logits z.
     Returns (loss, aux, d hidden of sum(log_prob), d hidden of sum(entropy)) as NumPy."""
+    return _identity_calls(z, labels, (chunk,), **kw)[0]
+
+
+def _identity_calls(z, labels, chunks, **kw):
+    """`_identity_call` at each chunk size of `chunks`, all in one jitted program."""
     z = np.asarray(z)
     dtype = z.dtype
     with jax.enable_x64(dtype == np.float64):
@@ -135,8 +141,7 @@ def _identity_call(z, labels, chunk, **kw):
         weight = jnp.eye(z.shape[-1], dtype=dtype)
         t = jnp.asarray(labels, jnp.int32)
 
-        @jax.jit
-        def run(h):
+        def one(h, chunk):
             def f(h):
                 return numerics.linear_cross_entropy(
                     h, weight, t, chunk_size=chunk, return_aux=True, **kw
@@ -153,7 +158,7 @@ def _identity_call(z, labels, chunk, **kw):
 
             return loss, aux, vjp(cot("log_prob"))[0], vjp(cot("entropy"))[0]
 
-        return jax.device_get(run(hidden))
+        return jax.device_get(jax.jit(lambda h: [one(h, c) for c in chunks])(hidden))
 
 
 def _finite(z):
@@ -172,12 +177,18 @@ def _exact(z_bytes, shape, dtype, labels_bytes):
     labels = np.frombuffer(labels_bytes, np.int32)
     lp, lp_grad = oracle.log_prob_value_and_grad(z, labels, exact=True)
     h, h_grad = oracle.entropy_value_and_grad(z, exact=True)
-    lse = oracle.logsumexp(z, axis=-1, exact=True)
+    with mpmath.workprec(oracle.PRECISION_BITS):
+        lse = np.array(
+            [mpmath.mpf(float(z[r, y])) - lp[r] for r, y in enumerate(labels)], dtype=object
+        )
     return lp, lp_grad, h, h_grad, lse
 
 
 def exact_outputs(z, labels):
-    """The oracle's (log_prob, its gradient, H, its gradient, lse), mpmath values."""
+    """The oracle's (log_prob, its gradient, H, its gradient, lse), mpmath values; lse as
+    z_y - log p_y at the oracle's 256 bits (z_y + log1p(sum_{j != y} e^(z_j - z_y)), the
+    cross-entropy oracle's form: `oracle.logsumexp` would also form both its gradients,
+    half of the oracle's time here)."""
     z = np.ascontiguousarray(z)
     labels = np.ascontiguousarray(labels, np.int32)
     return _exact(z.tobytes(), z.shape, z.dtype, labels.tobytes())
@@ -388,7 +399,11 @@ def test_chunk_size_invariance(dtype):
     z = (rng.standard_normal((8, 37)) * 6).astype(dtype)
     z[0, 3] = z[0, 30] = np.max(z[0]) + 1  # a tie across chunks: the first index wins
     labels = rng.integers(0, 37, 8).astype(np.int32)
-    outs = {c: check_aux(z, labels, dtype, c) for c in (1, 7, 37, 64)}
+    chunks = (1, 7, 37, 64)  # all four in one program
+    outs = {
+        c: check_aux(z, labels, dtype, c, out)
+        for c, out in zip(chunks, _identity_calls(z, labels, chunks), strict=True)
+    }
     exact_lp, _, exact_h, _, _ = exact_outputs(z, labels)
     assert outs[1][1]["argmax"][0] == 3
     for a, b in ((1, 7), (7, 37), (1, 64)):
@@ -414,7 +429,11 @@ def test_chunk_size_invariance(dtype):
         np.testing.assert_array_equal(outs[a][1]["argmax"], outs[b][1]["argmax"])
 
 
-@pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
+# The slow tier's (-m slow); its fast sibling is test_reduction_none_gradients_are_per_row
+# (each row's gradients alone and in the batch, bit for bit, on exact logits), with
+# test_z_loss_weight_zero_adds_nothing running this test's program (_run_aux, 8 rows).
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
 def test_batch_invariance(dtype):
     # A row's outputs and its gradient rows do not depend on the other rows: on exact logits
     # (dyadic hidden and weight) bit for bit, alone, in two batches, at two positions.
@@ -536,6 +555,12 @@ def test_soft_cap_is_applied(dtype):
 # -- gradients ------------------------------------------------------------------------------
 
 
+# The slow tier's (-m slow); its fast siblings: test_temperature_divides_the_capped_logits
+# (cap and temperature in float64 against the oracle), test_capped_and_tempered_peaked_rows_
+# keep_their_entropy (the entropy's gradient under both against the oracle's chain rule),
+# test_common_offset_of_1e4_through_the_bias (a bias, its gradient) and
+# test_z_loss_weight_zero_adds_nothing (d weight of the aux outputs).
+@pytest.mark.slow
 def test_policy_gradient_matches_the_materialized_path_and_finite_differences():
     # In float64: the gradient of sum(adv * log_prob) - beta sum(entropy) + lse with
     # respect to hidden and weight against the same loss through the materialized
@@ -660,7 +685,8 @@ def test_logits_near_the_largest_float_stay_finite():
 # -- accumulation dtype ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+# bf16 is the slow tier's (-m slow); float32 (both accumulation dtypes) its fast sibling.
+@pytest.mark.parametrize("dtype", [pytest.param(BF16, marks=pytest.mark.slow), F32], ids=str)
 def test_accumulation_dtype_buys_its_stated_error(dtype):
     # The docstring's model: a logit z = sum_d h_d w_d over D terms is within (D - 1) u_acc
     # sum |h w| (bf16 products exact in both; fp32's products exact in float64, rounded in
@@ -770,7 +796,9 @@ def test_masked_positions_give_zero_outputs_and_gradients():
         assert not np.any(np.asarray(loss)[~where])
 
 
-@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
+# float32 is the slow tier's (-m slow); its fast siblings: bf16 here and
+# test_every_output_against_mpmath[float32] (the chunked outputs against the oracle).
+@pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
 def test_materialized_aux_matches_the_chunked(dtype):
     # cross_entropy(..., return_aux=True) on the same (exact) logits: both compute in
     # float32 and round once to bf16 (1 ulp apart at most); in fp32 each is within its

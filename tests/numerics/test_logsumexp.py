@@ -239,6 +239,20 @@ def test_the_tangent_rule_beats_autodiff_through_the_formula():
     testing.assert_ulp_close(ours, exact, bound)
 
 
+@jax.jit  # test_edge_cases_as_jax_nn's other calls in one program, not one per primitive
+def _edge_calls(r0, none, r4, keep, row, b, infs, pair_b, ones, cancel_b, empty, scalar):
+    return {
+        "masked": numerics.logsumexp(r0, where=none, return_sign=True),
+        "only -inf kept": numerics.logsumexp(r4, where=keep),
+        "b = 0": numerics.logsumexp(row, b=b),
+        "b = 0 jax.nn": jax.nn.logsumexp(row, b=b),
+        "inf - inf": numerics.logsumexp(infs, b=pair_b, return_sign=True),
+        "cancels": numerics.logsumexp(ones, b=cancel_b, return_sign=True),
+        "empty": numerics.logsumexp(empty, axis=-1),
+        "0-d": numerics.logsumexp(scalar),
+    }
+
+
 def test_edge_cases_as_jax_nn():
     inf, nan = np.inf, np.nan
     x = np.array(
@@ -262,29 +276,43 @@ def test_edge_cases_as_jax_nn():
     # A row masked out entirely: -inf with sign 0, gradient 0, as in jax.nn; a row of only
     # -inf too, where jax.nn's gradient is NaN.
     none = np.zeros(4, bool)
-    assert numerics.logsumexp(x[0], where=none, return_sign=True) == (-inf, 0.0)
+    keep = np.array([True, False, True, False])  # kept: only -inf; masked out: finite
+    row, b = np.array([inf, nan, 1.0, 2.0]), np.array([0.0, 0.0, 1.0, 1.0])
+    calls = _edge_calls(
+        x[0],
+        none,
+        x[4],
+        keep,
+        row,
+        b,
+        np.array([inf, inf]),
+        np.array([1.0, -1.0]),
+        np.ones(2),
+        np.array([2.0, -2.0]),
+        np.zeros((3, 0)),
+        np.float64(2.5),
+    )
+    assert tuple(calls["masked"]) == (-inf, 0.0)
     # The gradients each in one jitted program, not one per primitive.
     assert not np.any(jax.jit(jax.grad(lambda r: numerics.logsumexp(r, where=none)))(x[0]))
     assert not np.any(jax.jit(jax.grad(numerics.logsumexp))(x[1]))
     assert np.all(np.isnan(jax.jit(jax.grad(jax.nn.logsumexp))(x[1])))
-    keep = np.array([True, False, True, False])  # kept: only -inf; masked out: finite
-    assert numerics.logsumexp(x[4], where=keep) == -inf
+    assert calls["only -inf kept"] == -inf
     assert not np.any(jax.jit(jax.grad(lambda r: numerics.logsumexp(r, where=keep)))(x[4]))
     # Entries with b = 0 are left out, +inf and NaN ones too, as in jax.nn.
-    row, b = np.array([inf, nan, 1.0, 2.0]), np.array([0.0, 0.0, 1.0, 1.0])
     kept = row[None, 2:]
     exact_kept = oracle.logsumexp(kept, exact=True)
     bound = value_bound(kept, exact_kept.astype(np.float64), F64)
-    testing.assert_ulp_close(np.atleast_1d(numerics.logsumexp(row, b=b)), exact_kept, bound)
-    assert np.isfinite(jax.nn.logsumexp(row, b=b))
+    testing.assert_ulp_close(np.atleast_1d(calls["b = 0"]), exact_kept, bound)
+    assert np.isfinite(calls["b = 0 jax.nn"])
     # +inf entries whose b cancel: inf - inf, NaN with sign NaN, as in jax.nn.
-    pair = numerics.logsumexp(np.array([inf, inf]), b=np.array([1.0, -1.0]), return_sign=True)
+    pair = calls["inf - inf"]
     assert np.isnan(pair[0]) and np.isnan(pair[1])
     # A sum that cancels exactly: log 0 = -inf, sign 0, as in jax.nn.
-    assert numerics.logsumexp(np.ones(2), b=np.array([2.0, -2.0]), return_sign=True) == (-inf, 0)
+    assert tuple(calls["cancels"]) == (-inf, 0)
     # Empty reductions, and 0-d input (only axis None or () reduce it).
-    assert numerics.logsumexp(np.zeros((3, 0)), axis=-1).tolist() == [-inf] * 3
-    assert numerics.logsumexp(np.float64(2.5)) == 2.5
+    assert calls["empty"].tolist() == [-inf] * 3
+    assert calls["0-d"] == 2.5
 
 
 def test_signed_b_with_and_without_return_sign():
@@ -304,8 +332,11 @@ def test_signed_b_with_and_without_return_sign():
         bound = gradient_bound(x, exact64, want.astype(np.float64), F64, b=b)
         testing.assert_ulp_close(got, want, bound)
     # Without return_sign a negative sum is NaN, as in jax.nn.
-    np.testing.assert_array_equal(np.isnan(numerics.logsumexp(x, -1, b)), sign < 0)
-    np.testing.assert_array_equal(np.isnan(jax.nn.logsumexp(x, -1, b)), sign < 0)
+    ours, theirs = jax.jit(  # one program, not one per primitive
+        lambda x, b: [f(x, -1, b) for f in (numerics.logsumexp, jax.nn.logsumexp)]
+    )(x, b)
+    np.testing.assert_array_equal(np.isnan(ours), sign < 0)
+    np.testing.assert_array_equal(np.isnan(theirs), sign < 0)
 
 
 def test_bad_input_raises_clearly():
@@ -325,11 +356,20 @@ def test_bad_input_raises_clearly():
 
 PROFILE = settings(derandomize=True, max_examples=40, deadline=None)
 SIZES = (2, 7, 31)
+# The class counts drawn: K = 2 and 31 in the fast tier (the pair and a long row: 8
+# programs instead of 12), every size of SIZES in the slow tier (-m slow), as
+# test_properties.py's SIZE_TIERS. The same property and bounds either way.
+SIZE_TIERS = [
+    pytest.param((2, 31), id="few-sizes"),
+    pytest.param(SIZES, id="all-sizes", marks=pytest.mark.slow),
+]
 
 
+@pytest.mark.parametrize("sizes", SIZE_TIERS)
 @PROFILE
-@given(st.sampled_from(DTYPES).flatmap(lambda d: testing.logits(d, sizes=SIZES)))
-def test_between_the_max_and_the_max_plus_log_k_with_a_probability_gradient(z):
+@given(data=st.data())
+def test_between_the_max_and_the_max_plus_log_k_with_a_probability_gradient(sizes, data):
+    z = data.draw(st.sampled_from(DTYPES).flatmap(lambda d: testing.logits(d, sizes=sizes)))
     dtype = z.dtype
     with jax.enable_x64(True):
         value, grad = jax.device_get(_value_and_grad(jnp.asarray(z)))

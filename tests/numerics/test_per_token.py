@@ -461,9 +461,11 @@ def test_float64_gradients_match_finite_differences_and_forward_mode():
 # -- masks, edges, contract -----------------------------------------------------------------
 
 
-# The entropy jitted once for the test below: one program per call's shapes (op by op, the
-# test compiled ~300 small ones). log_prob stays eager there: its concrete labels are checked.
+# The entropy and log_prob jitted once for the test below: one program per call's shapes
+# (op by op, the test compiled ~300 small ones). log_prob stays eager where its concrete
+# labels' check is the point: a padding row's out-of-range label is not checked.
 _entropy = jax.jit(numerics.entropy, static_argnames="axis")
+_log_prob = jax.jit(numerics.log_prob, static_argnames="axis")
 
 
 def test_masks_and_edge_cases():
@@ -473,7 +475,7 @@ def test_masks_and_edge_cases():
     # An entry mask leaves entries out of the normaliser: the same as -inf there.
     dropped = np.where(keep, z, -inf)
     assert _entropy(z, where=keep) == _entropy(dropped)
-    assert numerics.log_prob(z, [2], where=keep) == numerics.log_prob(dropped, [2])
+    assert _log_prob(z, np.array([2]), where=keep) == _log_prob(dropped, np.array([2]))
     grad = jax.jit(jax.grad(lambda r: _entropy(r, where=keep).sum()))(z)
     assert grad[0, 1] == 0 and abs(float(grad.sum())) < 1e-7
     # A row mask (the labels' rank): padding rows give 0 and gradient 0, whatever the label.
@@ -482,13 +484,15 @@ def test_masks_and_edge_cases():
     assert _entropy(rows, where=pad)[1] == 0
     assert numerics.log_prob(rows, [0, 7], where=pad)[1] == 0
     assert not np.any(jax.jit(jax.grad(lambda r: _entropy(r, where=pad).sum()))(rows)[1])
-    assert not np.any(jax.grad(lambda r: numerics.log_prob(r, [0, 1], where=pad).sum())(rows)[1])
+    assert not np.any(
+        jax.jit(jax.grad(lambda r: numerics.log_prob(r, [0, 1], where=pad).sum()))(rows)[1]
+    )
     # K = 1; -inf entries; n +inf entries; NaN; a row of only -inf.
-    assert _entropy(np.array([5.0])) == 0 and numerics.log_prob(np.array([5.0]), 0) == 0
+    assert _entropy(np.array([5.0])) == 0 and _log_prob(np.array([5.0]), np.array(0)) == 0
     np.testing.assert_allclose(_entropy(np.array([0.0, 0.0, -inf])), np.log(2), rtol=1e-15)
     np.testing.assert_allclose(_entropy(np.array([inf, 1.0, inf])), np.log(2), rtol=1e-15)
     assert np.isnan(_entropy(np.array([1.0, nan]))) and np.isnan(
-        numerics.log_prob(np.array([1.0, nan]), 0)
+        _log_prob(np.array([1.0, nan]), np.array(0))
     )
     assert np.isnan(_entropy(np.array([-inf, -inf])))
     # Class axes: a tuple of axes is normalised over together, as log_softmax.
@@ -496,7 +500,7 @@ def test_masks_and_edge_cases():
     flat = x.transpose(0, 2, 1).reshape(3, 20)
     np.testing.assert_array_equal(_entropy(x, axis=(2, 1)), _entropy(flat))
     np.testing.assert_array_equal(
-        numerics.log_prob(x, [0, 7, 19], axis=(2, 1)), numerics.log_prob(flat, [0, 7, 19])
+        _log_prob(x, np.array([0, 7, 19]), axis=(2, 1)), _log_prob(flat, np.array([0, 7, 19]))
     )
     swapped = _entropy(np.swapaxes(x, 1, 2))
     np.testing.assert_array_equal(_entropy(x, axis=1), swapped)

@@ -26,7 +26,7 @@ import numerics
 from numerics import oracle, standard
 from numerics._check_tolerances import finite_gaps, weighted_gap
 from numerics.testing import assert_ulp_close
-from tests.tolerances import BF16, DTYPES, F32, F64, ULPS, general_bound
+from tests.tolerances import BF16, DTYPES, F16, F32, F64, ULPS, general_bound
 
 # (K, logit scale, planted margin of the row's top entry over the row's others), as
 # test_random_oracle.py's softmax cases; K = 50,000 is left to that file.
@@ -105,16 +105,23 @@ FUNCTIONS = {
 }
 
 
+# Which two of `FAST_CASES` each dtype runs in the fast tier: each case in two dtypes, and
+# each dtype with a margin past its own cliff (30 > 16.6, float32's; only 40 passes
+# float64's 36.7).
+FAST_PAIRS = {BF16: (0, 1), F16: (2, 3), F32: (2, 1), F64: (0, 3)}
+
+
 def _random_cases():
-    """Every (case, dtype). The fast tier: the cases of `FAST_CASES` in every dtype (K = 1,
-    3, 10 and 100, a margin below the others and one past every dtype's cliff); the rest,
-    K = 1000 (5-11 s each, mostly the oracle) among them, is the slow tier's, those fast
-    cases its siblings (the same code)."""
+    """Every (case, dtype). The fast tier: `FAST_PAIRS` of `FAST_CASES` (K = 1, 3, 10 and
+    100, a margin below the others and ones past every dtype's cliff) and the dtypes; the
+    rest, K = 1000 (5-11 s each, mostly the oracle) among them, is the slow tier's, those
+    fast cases its siblings (the same code, the same bounds)."""
+    fast = {(FAST_CASES[c], np.dtype(d)) for d, cs in FAST_PAIRS.items() for c in cs}
     return [
         pytest.param(
             case,
             dtype,
-            marks=() if case in FAST_CASES else pytest.mark.slow,
+            marks=() if (case, np.dtype(dtype)) in fast else pytest.mark.slow,
             id=f"{'-'.join(map(str, case))}-{np.dtype(dtype).name}",
         )
         for case in CASES
@@ -417,14 +424,23 @@ def test_plain_softmax_keeps_tiny_probabilities_beside_a_close_second():
     assert_ulp_close(jax.jit(numerics.softmax)(x), oracle.softmax(x, exact=True), bound, F32)
 
 
-@pytest.mark.parametrize("kind", ["sink-softmax", "sink-log_softmax"])
 @pytest.mark.parametrize(
     # float32 in the fast tier; bf16, fp16 and fp64 are the slow tier's, their fast siblings
     # tests/grokbench/test_audit_sink.py's bf16 audits (the same check through the CLI) and
-    # test_random_rows_against_the_oracle in each dtype
-    "dtype",
-    [pytest.param(d, marks=() if d == F32 else pytest.mark.slow) for d in DTYPES],
-    ids=str,
+    # test_random_rows_against_the_oracle in each dtype. sink-softmax in float32 is the slow
+    # tier's too: its fast sibling is check_sink_softmax's doctest
+    # (numerics/_check_normalizers.py: the same check of numerics.softmax, bf16, `.ok`).
+    ("kind", "dtype"),
+    [
+        pytest.param(
+            kind,
+            d,
+            marks=() if (d, kind) == (F32, "sink-log_softmax") else pytest.mark.slow,
+            id=f"{np.dtype(d).name}-{kind}",
+        )
+        for d in DTYPES
+        for kind in ("sink-softmax", "sink-log_softmax")
+    ],
 )
 def test_the_public_check_passes_ours_in_every_dtype(dtype, kind):
     """`numerics.testing`'s check (the audit's): margin sweep, random rows, NaN."""
