@@ -97,8 +97,11 @@ def cliff_row(claim: str, paper: Number, dtype, first: float, what: str, fn) -> 
 _NAMES = {"bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
 
 
+@functools.cache
 def _measure(name: str):
-    """`grokbench cliffs`' measurement of one dtype (a seam for the tests)."""
+    """`grokbench cliffs`' measurement of one dtype (a seam for the tests), once per process:
+    the cliff rows read it six times and the underflow rows once, and each measurement
+    compiles its three searched functions anew."""
     from grokbench import cliffs
 
     return cliffs.measure(_NAMES[name])
@@ -295,14 +298,26 @@ def _sum_rows() -> list[Row]:
 def squared_gradient(n: int):
     """fp32 m -> the square of the target entry of the gradient of mean fixed CE over n rows
     [m, 0] (e^-m / n), as the optimizer would square it (a seam for the tests)."""
-    grad = jax.jit(jax.grad(lambda z: jnp.mean(numerics.cross_entropy(z, jnp.zeros(n, jnp.int32)))))
+    grad = _mean_grad(n)
 
     def square(m):
         z = jnp.stack([jnp.full(n, m[0], jnp.float32), jnp.zeros(n, jnp.float32)], axis=-1)
         g = grad(z)[0, 0]
-        return np.asarray(jax.jit(lambda g: g * g)(g))[None]
+        return np.asarray(_square(g))[None]
 
     return square
+
+
+@functools.cache
+def _mean_grad(n: int):
+    """The jitted gradient of mean fixed CE over n rows (target 0)."""
+    return jax.jit(jax.grad(lambda z: jnp.mean(numerics.cross_entropy(z, jnp.zeros(n, jnp.int32)))))
+
+
+@jax.jit
+def _square(g):
+    """g * g, as the optimizer squares it: one program, not one per call."""
+    return g * g
 
 
 def _squared_underflow_row() -> Row:
