@@ -21,6 +21,7 @@ from tasks.quant import (
     weight_names,
 )
 from tasks.quant._corpus import BOS, CLS, MASK, SEP, SPECIAL_TOKENS, TRIGGERS, synthetic_text
+from tests.tasks._compile import FAST_COMPILE
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,9 @@ def test_model_shapes_taps_and_causality(family):
     assert set(params) == set(cfg.param_shapes())
     assert "head.w" not in weight_names(params) and "tok_emb" in weight_names(params)
     tokens = jax.random.randint(jax.random.key(1), (3, 12), 0, 20)
-    apply = jax.jit(lambda p, t: quant_model_apply(p, t, t * 0, cfg))
+    # FAST_COMPILE (tests/tasks/_compile.py): shapes, and causality as exact equality of two
+    # calls of one program.
+    apply = jax.jit(lambda p, t: quant_model_apply(p, t, t * 0, cfg), compiler_options=FAST_COMPILE)
     logits = apply(params, tokens)
     assert logits.shape == (3, 12, 20) and logits.dtype == jnp.float32
     names = quant_tap_names(cfg)

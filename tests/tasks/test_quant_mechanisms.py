@@ -21,6 +21,7 @@ import numerics
 from grokbench.quant import QuantConfig
 from tasks.quant import QuantModelConfig, quant_model_apply, quant_model_init
 from tasks.quant._attention import SOFTPICK_EPS, attention_weights, gate_init, gate_logits
+from tests.tasks._compile import FAST_COMPILE
 
 T = 9
 RTOL = 2 * (T + 4) * 2**-24  # rows whose gaps stay below 1: module docstring
@@ -196,7 +197,9 @@ def test_every_mechanism_trains_a_step_in_both_families(family, variant):
         logits = quant_model_apply(p, tokens, tokens * 0, cfg)
         return jnp.mean(numerics.cross_entropy(logits, tokens))
 
-    value_and_grad = jax.jit(jax.value_and_grad(loss))  # one program for both calls
+    # One program for both calls, at FAST_COMPILE (tests/tasks/_compile.py): the traced
+    # program, the variant's training path, is the one training runs.
+    value_and_grad = jax.jit(jax.value_and_grad(loss), compiler_options=FAST_COMPILE)
     value, grads = value_and_grad(params)
     assert np.isfinite(float(value))
     assert all(np.all(np.isfinite(np.asarray(g))) for g in grads.values())
