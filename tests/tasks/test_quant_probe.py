@@ -1,5 +1,7 @@
 """The probe: one pass that evaluates, calibrates and measures (here on a tiny gated decoder)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +28,7 @@ def _setup():
     params = quant_model_init(jax.random.key(0), cfg, pi_init=0.25)
     batch = make_quant_batch("decoder", corpus.train_ids, np.random.default_rng(0), 4, 12, 0)
     batch = {k: jnp.asarray(v) for k, v in batch.items()}
-    probe = make_quant_probe(cfg)
+    probe = make_quant_probe(cfg, percentile=99.0)  # with the percentiles: one program
     names = quant_tap_names(cfg)
     masks = jnp.asarray(corpus.delimiter_mask()), jnp.asarray(corpus.special_mask())
 
@@ -48,6 +50,41 @@ def test_probe_on_a_tiny_gated_decoder():
     _check_attention_and_gate_statistics(setup)
     _check_quantized_pass_uses_the_static_ranges(setup)
     _check_value_norms(setup)
+    _check_percentiles(setup)
+
+
+@functools.cache  # the value norms and the percentiles share it
+def _taps(cfg):
+    """The jitted forward pass returning every tap (one compiled program, not one per op)."""
+
+    @jax.jit
+    def taps(params, batch):
+        seen = {}
+
+        def tap(name, x):
+            seen[name] = x
+            return x
+
+        quant_model_apply(params, batch["tokens"], batch["segments"], cfg, tap=tap)
+        return seen
+
+    return taps
+
+
+def _check_percentiles(setup):
+    """test_percentile_estimator_matches_numpy's checks (its encoder case is the slow tier's)
+    on the tiny gated decoder's float pass: the probe's per-batch percentiles are numpy's
+    (linear) quantiles of each tap."""
+    cfg, params, batch, names, _, fp = setup
+    with pytest.raises(TypeError):  # everything after the batch goes by name
+        make_quant_probe(cfg, percentile=99.0)(params, batch, 0.0, 1.0)
+    seen = {n: np.asarray(x, np.float64).ravel() for n, x in _taps(cfg)(params, batch).items()}
+    assert set(seen) == set(names)
+    for n in names:
+        lo, hi = np.quantile(seen[n], [0.01, 0.99])
+        assert float(fp["plo"][n]) == pytest.approx(lo, rel=1e-4, abs=1e-6), n
+        assert float(fp["phi"][n]) == pytest.approx(hi, rel=1e-4, abs=1e-6), n
+        assert seen[n].min() <= lo <= hi <= seen[n].max()
 
 
 def _check_float_pass(setup):
@@ -81,19 +118,7 @@ def _check_value_norms(setup):
     """Each head's value-vector norms, summed over delimiter and over other positions, are
     numpy's on the tapped V(x) (Fig. 2's measure)."""
     cfg, params, batch, _, _, fp = setup
-
-    @jax.jit  # one compiled program, not one per operation
-    def taps(params, batch):
-        seen = {}
-
-        def tap(name, x):
-            seen[name] = x
-            return x
-
-        quant_model_apply(params, batch["tokens"], batch["segments"], cfg, tap=tap)
-        return seen
-
-    seen = taps(params, batch)
+    seen = _taps(cfg)(params, batch)
     delim = np.asarray(build_corpus().delimiter_mask())[np.asarray(batch["tokens"])]  # (B, T)
     assert 0 < delim.sum() < delim.size  # both kinds of position are in the batch
     for i in range(cfg.n_layers):
@@ -115,7 +140,8 @@ def _check_quantized_pass_uses_the_static_ranges(setup):
     assert abs(float(coarse["ce_sum"]) - ce) > 1e-3 * ce
 
 
-def test_percentile_estimator_matches_numpy():
+@pytest.mark.slow  # the encoder's case: its fast sibling is the tiny gated decoder's
+def test_percentile_estimator_matches_numpy():  # _check_percentiles, the same checks
     """The probe's per-batch percentiles are numpy's (linear) quantiles of each tap."""
     corpus = build_corpus()
     cfg = QuantModelConfig(
