@@ -35,11 +35,12 @@ def test_clipped_softmax_exact_zeros_and_zero_gradient_below_threshold(gamma, ze
 def test_clipped_attention_with_alpha_above_one_is_dead_at_uniform_attention():
     """With gamma = -alpha/T and alpha > 1, uniform attention (p = 1/T) is clipped to 0
     everywhere: the output and every gradient through the attention are exactly zero."""
-    cfg = QuantModelConfig(family="encoder", vocab_size=12, seq_len=16, n_layers=1, d_model=8)
+    # _dead_rows' encoder (T = 64, D = 64, 4 heads): the two share its init's program.
+    cfg = QuantModelConfig(family="encoder", vocab_size=32, seq_len=64, n_layers=1, d_model=64)
     params = quant_model_init(jax.random.key(0), cfg)
     params = {k: (jnp.zeros_like(v) if k in ("l0.wq", "l0.wk") else v) for k, v in params.items()}
-    x = jax.random.normal(jax.random.key(1), (2, 16, 8))
-    gamma = jnp.float32(numerics.clipped_softmax_gamma(2.0, 16))
+    x = jax.random.normal(jax.random.key(1), (2, 64, 64))
+    gamma = jnp.float32(numerics.clipped_softmax_gamma(2.0, 64))
 
     def attn_sum(p):
         out, probs = attention(p, "l0.", x, 4, "none", gamma, jnp.float32(1.0), None, identity_tap)
@@ -138,7 +139,9 @@ def _dead_rows(family: str, gamma: float, qk_scale: float = 1.0) -> np.ndarray:
 
 @functools.cache  # the two encoder calls differ only in the parameters: one program
 def _dead_program(cfg: QuantModelConfig, gamma: float):
-    @jax.jit  # as training runs it: one compiled program, not one per operation
+    # One compiled program, not one per operation, at FAST_COMPILE (tests/tasks/_compile.py):
+    # a row is dead when every probability is clipped to exactly 0, at any level.
+    @functools.partial(jax.jit, compiler_options=FAST_COMPILE)
     def dead(params, tokens):
         probs = []
 
