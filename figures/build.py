@@ -13,14 +13,13 @@ finished runs of this scale the store holds.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import pathlib
 import platform
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tqdm
@@ -28,7 +27,7 @@ import tqdm
 from figures import registry
 from figures._common import ABLATIONS_FILE, CONSTANT_LR_FILE, Context
 from grokbench import labs
-from grokbench.config import ConfigError, RunConfig, did_you_mean, group_runs
+from grokbench.config import ConfigError, did_you_mean
 from grokbench.console import duration, plural
 from grokbench.runtime import CompileMeter
 from grokbench.store import Store, atomic_write_json
@@ -140,37 +139,6 @@ def train_recipe(ctx: Context, recipe: str) -> None:
     ctx.keep(recipe, summaries)
 
 
-def _train_together(ctx: Context, recipes: Sequence[str]) -> None:
-    """`train_recipe` of each of `recipes`, those of one lab in one call: the runs of one
-    figure's recipes are then planned together, so single-run programs of different
-    recipes train side by side (`grokbench.executors.local_map`). Each recipe's summaries
-    are what `train_recipe` would hold: a run's numbers do not depend on its neighbours."""
-    by_lab: dict[str, list[str]] = {}
-    for recipe in recipes:
-        by_lab.setdefault(labs.lab_for(recipe).name, []).append(recipe)
-    for lab_name, group in by_lab.items():
-        lab = labs.LABS[lab_name]
-        configs = {recipe: ctx.configs(recipe) for recipe in group}
-        if len(group) > 1 and (lab.config is not RunConfig or not _same_batches(configs.values())):
-            for recipe in group:  # runs of two recipes would share a batch: apart
-                train_recipe(ctx, recipe)
-            continue
-        every = [cfg for recipe in group for cfg in configs[recipe]]
-        summaries = lab.train(every, ctx.store, quick=ctx.quick, progress=ctx.progress)
-        for recipe in group:
-            ctx.keep(recipe, summaries[: len(configs[recipe])])
-            summaries = summaries[len(configs[recipe]) :]
-
-
-def _same_batches(configs: Iterable[Sequence]) -> bool:
-    """Whether training these recipes' configs together batches every run with exactly the
-    runs it is batched with alone (a run's last bits depend on its batch): no shape group
-    (`grokbench.config.group_runs`) takes runs from two recipes, unless they are equal."""
-    alone = {frozenset(g) for cs in configs for g in group_runs(list(dict.fromkeys(cs)))}
-    together = {frozenset(g) for g in group_runs(list(dict.fromkeys(itertools.chain(*configs))))}
-    return alone == together
-
-
 def train(ctx: Context, names: Sequence[str]) -> None:
     """Train what the builds `names` draw that the store lacks, before they are drawn: the
     runs of every recipe their figures need (those `ctx` holds already are not asked for
@@ -179,7 +147,9 @@ def train(ctx: Context, names: Sequence[str]) -> None:
     made: set[str] = set()
     for name in names:
         figure = owner[name]
-        _train_together(ctx, [r for r in figure.needs if not ctx.kept(r)])
+        for recipe in figure.needs:
+            if not ctx.kept(recipe):
+                train_recipe(ctx, recipe)
         if figure.quant_lab and figure.name not in made:
             _make_quant(ctx)
         made.add(figure.name)

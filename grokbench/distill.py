@@ -51,7 +51,7 @@ import numpy as np
 import tqdm
 
 import numerics
-from grokbench import console, engine, executors
+from grokbench import console, engine
 from grokbench import metrics as metrics_lib
 from grokbench.config import RunConfig, group_runs
 from grokbench.engine import (
@@ -324,20 +324,16 @@ def run_students(
     n_runs = sum(len(group) for group in groups)
     desc = f"{console.plural(n_runs, 'student')} in {console.plural(len(groups), 'program')}"
     total = sum(cfg.steps for group in groups for cfg in group)
-
-    def train(group: Sequence[RunConfig], tick: Callable[[int], object]) -> list:
-        return _train(
-            group,
-            [teachers[teacher_config(c)] for c in group],
-            chunk_steps=chunk_steps,
-            progress=False,
-            fast=fast,
-            on_chunk=tick,
-        )
-
     with console.bar(total, desc, progress) as bar:
-        # Single-student groups train side by side, one per device (executors.local_map).
-        for outputs in executors.local_map(groups, train, bar.update):
+        for group in groups:
+            outputs = _train(
+                group,
+                [teachers[teacher_config(c)] for c in group],
+                chunk_steps=chunk_steps,
+                progress=False,
+                fast=fast,
+                on_chunk=console.advance(bar, len(group)),
+            )
             for out in outputs:
                 summary = summarize(out.config, out.metrics, out.seconds, out.backend)
                 store.save(out.config, out.metrics, summary)

@@ -5,9 +5,8 @@ An executor trains units and yields each unit's `engine.RunOutput`s as it finish
 caller (`experiment.run_configs`) summarizes and stores them, so only one process ever
 writes the store.
 
-- `LocalExecutor`: this process; the engine shards each unit's run axis over every local
-  JAX device (`jax.sharding`, `engine.shard_runs`), and single-run units, which cannot be
-  sharded, train side by side, one per device.
+- `LocalExecutor`: one unit after another in this process; the engine shards each unit's
+  run axis over every local JAX device (`jax.sharding`, `engine.shard_runs`).
 - `_RayExecutor`: every unit is a Ray task, scheduled by Ray over the cluster at
   `address` (default: a new local Ray instance). Workers get this process's `XLA_FLAGS`
   (so as many host devices as here: the same padding and sharding, the same compiled
@@ -20,13 +19,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import socket
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
-
-import jax
+from typing import Protocol
 
 from grokbench import engine
 from grokbench.config import ConfigError, RunConfig
@@ -60,18 +55,7 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Train the units in this process, on every local device.
-
-    A unit of several runs is sharded over all local devices by the engine
-    (`engine.shard_runs`), one such unit after another. Units of a single run cannot be split,
-    so with two or more local devices (`grokbench run` makes one per core) they are trained
-    side by side, one per device, each in a thread of its own (`parallel=False`: one after
-    another on the default device). A program's numbers do not depend on the device it runs
-    on: a unit gives the same bits either way (tests/grokbench/test_executors.py).
-    """
-
-    def __init__(self, parallel: bool = True) -> None:
-        self.parallel = parallel
+    """Train the units one after another in this process."""
 
     def map(
         self,
@@ -81,104 +65,17 @@ class LocalExecutor:
         fast: bool = True,
         on_steps: _OnSteps | None = None,
     ) -> Iterator[list[engine.RunOutput]]:
-        """Train `units`, reporting progress per compiled chunk; the single-run units side by
-        side when there are several devices, the others in order."""
+        """Train `units` in order, reporting progress per compiled chunk."""
+        for unit in units:
+            n_runs = len(unit)
 
-        def train(unit: _Unit, tick: Callable[[int], object]) -> list[engine.RunOutput]:
-            return engine.train(
+            def tick(steps: int, n_runs: int = n_runs) -> None:
+                if on_steps is not None:
+                    on_steps(steps * n_runs)
+
+            yield engine.train(
                 unit, chunk_steps=chunk_steps, progress=False, fast=fast, on_chunk=tick
             )
-
-        return local_map(units, train, on_steps, self.parallel)
-
-
-_Train = Callable[[Any, Callable[[int], object]], list]
-
-
-def local_map(
-    units: Sequence[Sequence],
-    train: _Train,
-    on_steps: _OnSteps | None = None,
-    parallel: bool = True,
-) -> Iterator[list]:
-    """`train(unit, tick)` of every unit in this process, yielding each unit's outputs as it
-    finishes; `tick(steps)` is told of each chunk's steps per run, and `on_steps` of the
-    run-steps (steps x runs).
-
-    A unit of several runs is trained in this thread, where the engine shards it over every
-    local device. Single-run units cannot be split: with two or more local devices (and
-    `parallel`) they are trained side by side instead, one thread per device, each unit's
-    arrays created on its thread's device (`jax.default_device`) so its program runs there. A
-    program's numbers do not depend on which device runs it: each unit stores the same bits
-    either way (tests/grokbench/test_executors.py). Progress and outputs reach the caller in
-    the caller's thread; the first error stops the other threads after their current unit
-    and is raised there.
-    """
-    devices = jax.local_devices()
-    single = [unit for unit in units if len(unit) == 1]
-    if not parallel or len(devices) < 2 or len(single) < 2:
-        single = []
-
-    def ticker(unit: Sequence, report: Callable[[int], object]) -> Callable[[int], None]:
-        def tick(steps: int) -> None:
-            report(steps * len(unit))
-
-        return tick
-
-    report = on_steps if on_steps is not None else (lambda _: None)
-    for unit in units:
-        if len(unit) != 1 or not single:
-            yield train(unit, ticker(unit, report))
-    if single:
-        yield from _side_by_side(single, devices[: len(single)], train, ticker, report)
-
-
-def _side_by_side(units, devices, train: _Train, ticker, report) -> Iterator[list]:
-    """`local_map`'s single-run units, one thread per device."""
-    todo: queue.SimpleQueue = queue.SimpleQueue()
-    for unit in units:
-        todo.put(unit)
-    done: queue.SimpleQueue = queue.SimpleQueue()
-    stop = threading.Event()
-
-    def work(device: jax.Device) -> None:
-        try:
-            while not stop.is_set():
-                try:
-                    unit = todo.get_nowait()
-                except queue.Empty:
-                    return
-                with jax.default_device(device):
-                    out = train(unit, ticker(unit, lambda n: done.put(("steps", n))))
-                done.put(("unit", out))
-        except BaseException as err:  # raised again in the caller's thread
-            done.put(("error", err))
-        finally:
-            done.put(("exit", None))
-
-    threads = [
-        threading.Thread(target=work, args=(d,), daemon=True, name=f"grokbench-device-{d.id}")
-        for d in devices
-    ]
-    for thread in threads:
-        thread.start()
-    running = len(threads)
-    try:
-        while running:
-            kind, value = done.get()
-            if kind == "steps":
-                report(value)
-            elif kind == "unit":
-                yield value
-            elif kind == "error":
-                raise value
-            elif kind == "exit":
-                running -= 1
-    finally:
-        # Done, failed or interrupted (Ctrl-C, or the caller closed us): no new unit starts.
-        # After an error the others finish the unit they are on (their threads are daemons:
-        # an interrupted process does not wait for them).
-        stop.set()
 
 
 def _train_unit(unit: _Unit, chunk_steps: int, fast: bool) -> list[engine.RunOutput]:

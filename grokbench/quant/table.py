@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grokbench.config import ConfigError, field_types, override_readers, require
-from grokbench.executors import local_map
 from grokbench.overrides import choices, parse, refused
 from grokbench.quant.config import BIT_CONFIGS, VARIANTS, QuantConfig, parse_bit_list
 from grokbench.quant.evaluate import evaluate, tap_costs
@@ -190,16 +189,10 @@ def quant_table(
     {"quick", "configs", "rows", "seconds"}, one row per config (the quant lab's `train`)."""
     start = time.perf_counter()
     axes = _sweep_axes(configs)
-
-    def one(unit: Sequence[tuple[int, QuantConfig]], _tick) -> list[tuple[int, dict]]:
-        ((i, cfg),) = unit
-        ((_, corpus, params, train_summary),) = _trained([cfg], store, progress)
-        return [(i, _row(evaluate(cfg, params, corpus, store), train_summary, cfg, axes))]
-
-    # Each config is a program of its own: they train and evaluate side by side, one per
-    # device (executors.local_map); the rows keep the configs' order.
-    rows = dict(out for outs in local_map([[u] for u in enumerate(configs)], one) for out in outs)
-    rows = [rows[i] for i in range(len(configs))]
+    rows = []
+    for cfg, corpus, params, train_summary in _trained(configs, store, progress):
+        summary = evaluate(cfg, params, corpus, store)
+        rows.append(_row(summary, train_summary, cfg, axes))
     return {
         "quick": quick,
         "configs": [c.to_dict() for c in configs],

@@ -1,7 +1,6 @@
 """`grokbench figures`: every figure script on tiny cached results, the build's caching, the
 CLI's errors, and the reproduction report on a fabricated result set where claims fail."""
 
-import dataclasses
 import json
 
 import numpy as np
@@ -297,18 +296,3 @@ def test_a_figure_drawn_without_its_runs_names_the_command_and_trains_nothing(
     build.train(ctx, ["progress"])  # the build's one place: the runs progress draws
     assert fake_engine and ctx.runs("fig2-top")
     assert [p.name for p in registry.builds()["progress"](ctx)] == ["progress.png", "progress.pdf"]
-
-
-def test_a_figures_recipes_train_together_only_where_no_batch_changes():
-    """`build._train_together` trains one figure's recipes in one call (their single-run
-    programs side by side) only where every run keeps the batch it has alone."""
-    from grokbench import recipes
-
-    fig2 = [
-        recipes.expand(recipes.get_recipe(r), [], quick=True) for r in ("fig2-top", "fig2-bottom")
-    ]
-    assert build._same_batches(fig2)
-    a = recipes.expand(recipes.get_recipe("fig2-bottom"), quick=True)[0]
-    other_seed = dataclasses.replace(a, seed=a.seed + 1)  # same shape group, another run
-    assert not build._same_batches([[a], [other_seed]])
-    assert build._same_batches([[a], [a]])  # the same run in two recipes is trained once

@@ -10,11 +10,10 @@ training, is what the runs cost.
 import importlib.util
 import json
 
-import jax
 import numpy as np
 import pytest
 
-from grokbench import engine, executors, sweep
+from grokbench import executors, sweep
 from grokbench.store import load_metrics
 
 GRID = ["p=7", "d_model=8", "n_heads=2", "steps=20", "eval_every=10", "weight_decay=1"]
@@ -66,44 +65,3 @@ def test_local_executor_reports_run_steps():
 def test_ray_is_an_optional_import():
     assert executors._ray_available() == (importlib.util.find_spec("ray") is not None)
     assert executors.EXECUTORS == ("local", "ray")
-
-
-def _side_by_side(monkeypatch, units):
-    """The local executor's outputs of `units` and the default device each unit ran under."""
-    devices = {}
-    train = engine.train
-
-    def spy(unit, **kw):
-        devices[unit[0]] = jax.config.jax_default_device
-        return train(unit, **kw)
-
-    monkeypatch.setattr(engine, "train", spy)
-    seen = []
-    outputs = list(executors.LocalExecutor().map(units, on_steps=seen.append))
-    return outputs, devices, seen
-
-
-def test_single_run_units_train_side_by_side_with_the_same_bits(monkeypatch):
-    """Two single-run units go to the two host devices (tests/conftest.py) in two threads;
-    each stores exactly what it gives alone on the default device."""
-    configs = sweep.expand_grid("fig4", GRID)[:2]  # eps 1e-4 and 0, seed 0: one unit each
-    outputs, devices, seen = _side_by_side(monkeypatch, [[c] for c in configs])
-    assert sorted(devices.values(), key=lambda d: d.id) == jax.local_devices()
-    assert sum(seen) == 2 * 20
-    by_config = {o.config: o for (o,) in outputs}
-    assert set(by_config) == set(configs)
-    for cfg in configs:
-        (alone,) = executors.LocalExecutor(parallel=False).map([[cfg]])
-        for name, column in alone[0].metrics.items():
-            np.testing.assert_array_equal(by_config[cfg].metrics[name], column, err_msg=name)
-
-
-def test_an_error_in_one_thread_is_raised_in_the_caller(monkeypatch):
-    configs = sweep.expand_grid("fig4", GRID)[:2]
-
-    def fail(unit, **kw):
-        raise RuntimeError(f"unit {unit[0].eps} failed")
-
-    monkeypatch.setattr(engine, "train", fail)
-    with pytest.raises(RuntimeError, match="failed"):
-        list(executors.LocalExecutor().map([[c] for c in configs]))
