@@ -7,7 +7,7 @@ import pytest
 import numerics
 from grokbench import audit, cli
 from numerics import testing
-from tests.tolerances import BF16, DTYPES, F32
+from tests.tolerances import BF16, DTYPES
 
 # bf16's first margin past a cliff: its own (8 ln 2 = 5.545, where each operation rounds to
 # bf16) or float32's (24 ln 2 = 16.64, where XLA's CPU backend keeps a fused bf16
@@ -61,11 +61,13 @@ def test_entropy_passes_and_the_standard_one_fails_on_peaked_rows(capsys):
     assert any("-inf logits: entropy is nan" in line for line in fails), fails
 
 
-# bf16 and fp32 in the fast tier; fp16 and fp64 are the slow tier's, their fast siblings the
-# oracle tests of tests/numerics/test_per_token.py in those dtypes (the same functions).
+# bf16 in the fast tier (the checks the CLI tests above run, their programs compiled once);
+# fp32, fp16 and fp64 are the slow tier's, their fast siblings the oracle tests of
+# tests/numerics/test_per_token.py in those dtypes (the same functions; the checks branch on
+# the dtype only for float64's oracle precision, numerics._check_per_token).
 @pytest.mark.parametrize(
     "dtype",
-    [pytest.param(d, marks=() if d in (BF16, F32) else pytest.mark.slow) for d in DTYPES],
+    [pytest.param(d, marks=() if d == BF16 else pytest.mark.slow) for d in DTYPES],
     ids=lambda d: np.dtype(d).name,
 )
 def test_the_library_checks_pass_in_every_dtype(dtype):

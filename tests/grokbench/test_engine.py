@@ -57,8 +57,12 @@ def test_columns_and_shapes(batched):
 
 
 def test_vmapped_batch_equals_individual_runs(batched):
+    # The single runs go in chunks of 10 steps (two chunks each), the batch in one chunk of
+    # 20: this also holds the chunking to the unchunked run (test_chunking_does_not_change_
+    # results, slow, at its tighter bound), and its program is test_progress_callback_counts_
+    # every_step's.
     for cfg, out in zip(_variants(), batched, strict=True):
-        (single,) = engine.train([cfg], progress=False)
+        (single,) = engine.train([cfg], progress=False, chunk_steps=10)
         assert single.config == out.config == cfg
         for name, column in single.metrics.items():
             np.testing.assert_allclose(
@@ -108,9 +112,10 @@ def test_sharded_chunk_keeps_the_state_sharding(batched):
 
 
 def test_progress_callback_counts_every_step():
-    # The batch and chunks of test_chunking_does_not_change_results: one compiled program.
+    # A single run in chunks of 10: the program of test_vmapped_batch_equals_individual_runs's
+    # single runs, compiled once for both.
     seen = []
-    engine.train(_variants(), progress=False, chunk_steps=10, on_chunk=seen.append)
+    engine.train(_variants()[:1], progress=False, chunk_steps=10, on_chunk=seen.append)
     assert seen == [10, 10]
 
 
@@ -119,6 +124,10 @@ def test_runs_in_a_batch_differ(batched):
     assert len(set(losses)) == 3
 
 
+# The batch in chunks of 10 is a program of its own; the fast siblings are
+# test_vmapped_batch_equals_individual_runs (single runs in two chunks of 10 against the batch
+# in one, at the vmapping's bound) and test_progress_callback_counts_every_step.
+@pytest.mark.slow
 def test_chunking_does_not_change_results(batched):
     cfgs = _variants()
     small = engine.train(cfgs, progress=False, chunk_steps=10)
@@ -179,9 +188,22 @@ def test_one_step_equals_the_adamw_chain():
         np.testing.assert_allclose(params[name][0], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
+# The MLP run of test_variants_train trains in fp64: test_fp64_run_keeps_x64_inside's run, one
+# program for both.
+_MLP_FP64 = dataclasses.replace(
+    TINY,
+    model="mlp",
+    mlp_width=16,
+    activation="quadratic",
+    mlp_init="doshi",
+    lr=1e-2,
+    precision="fp64",
+)
+
+
 def test_fp64_run_keeps_x64_inside():
     assert not jax.config.read("jax_enable_x64")
-    (out,) = engine.train([dataclasses.replace(TINY, precision="fp64", steps=10)], progress=False)
+    (out,) = engine.train([_MLP_FP64], progress=False)
     assert not jax.config.read("jax_enable_x64")
     assert out.metrics["margin_mean"].dtype == np.float64
     assert jnp.asarray(1.0).dtype == jnp.float32
@@ -194,6 +216,20 @@ def _check_trains(cfg):
     assert m["train_loss"][-1] < m["train_loss"][0], cfg
 
 
+# The LaProp run of test_variants_train also warms up, predicts `=` and chains ⊥Grad:
+# test_warmup_and_eq_output's run, one program for both.
+_LAPROP = dataclasses.replace(
+    TINY,
+    optimizer="laprop",
+    track_sqrt_v=True,
+    eps=0.0,
+    loss="stablemax",
+    warmup_steps=4,
+    eq_output=True,
+    orthograd=True,
+)
+
+
 # Each structurally different config is a training program of its own, so each fast case
 # carries several paths at once: every loss, optimizer, precision policy and model is in
 # one of them (the baseline losses ride on the LaProp and the MLP runs).
@@ -201,22 +237,20 @@ def _check_trains(cfg):
     "cfg",
     [
         dataclasses.replace(TINY, precision="bf16", loss="standard"),
-        dataclasses.replace(TINY, optimizer="laprop", track_sqrt_v=True, eps=0.0, loss="stablemax"),
+        _LAPROP,
         dataclasses.replace(
             TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0, loss="zero_sum"
         ),
-        dataclasses.replace(
-            TINY, model="mlp", mlp_width=16, activation="quadratic", mlp_init="doshi", lr=1e-2
-        ),
+        _MLP_FP64,
     ],
-    ids=["bf16-standard", "laprop-eps0-stablemax", "mlp-adam-zero_sum", "mlp-doshi"],
+    ids=["bf16-standard", "laprop-eps0-stablemax-warmup", "mlp-adam-zero_sum", "mlp-doshi-fp64"],
 )
 def test_variants_train(cfg):
     _check_trains(cfg)
 
 
 # Each baseline loss alone on the reference transformer; the fast siblings are
-# test_variants_train[laprop-eps0-stablemax] and [mlp-adam-zero_sum].
+# test_variants_train[laprop-eps0-stablemax-warmup] and [mlp-adam-zero_sum].
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["stablemax", "zero_sum"])
 def test_baseline_losses_train(loss):
@@ -250,9 +284,10 @@ def test_emulated_matmul_precisions_train_and_differ_from_highest(model, precisi
 def test_emulated_run_is_summarized_with_its_balance_terms(tmp_path):
     """A stored emulated run gets its whole summary: the balance terms' radial slope, a jvp
     at 'highest', is taken by reverse mode through the emulated matmuls (custom_vjp)."""
-    # TINY's program (test_summary_records_backend_and_matmul_precision's run, lambda 0.1):
-    # the exact run compiles nothing of its own.
-    cfg = dataclasses.replace(TINY, weight_decay=0.1)
+    # The program of TINY on the fixed split (test_summary_records_backend_and_matmul_precision's
+    # run, lambda 0.1, and the fixed run of test_per_seed_split_batch_trains_each_run_on_its_
+    # own_split): the exact run's program is compiled once for the three.
+    cfg = dataclasses.replace(TINY, weight_decay=0.1, split="fixed")
     (exact,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
     emulated = dataclasses.replace(cfg, matmul_precision="tf32")
     (summary,) = experiment.run_configs([emulated], Store(tmp_path), progress=False)
@@ -297,7 +332,8 @@ def test_matmul_precision_is_pinned_in_the_jitted_chunk(precision, pinned):
 
 
 def test_summary_records_backend_and_matmul_precision(tmp_path):
-    cfg = TINY  # the program of test_per_seed_split_batch_equals_individual_runs's fixed run
+    # The program of test_per_seed_split_batch_trains_each_run_on_its_own_split's fixed run.
+    cfg = dataclasses.replace(TINY, split="fixed")
     (summary,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
     stored = json.loads((pathlib.Path(summary["run_dir"]) / "summary.json").read_text())
     assert stored["backend"] == jax.default_backend()
@@ -343,8 +379,9 @@ def test_per_seed_split_batch_equals_individual_runs(per_seed_batch):
 def test_warmup_and_eq_output():
     """warmup_steps=W: update t runs at lr * min(t / W, 1), so the first update (lr 0) moves
     nothing; eq_output: the loss sees p + 1 logits, accuracy and margin the p residues. With
-    ⊥Grad chained before AdamW (its state a tuple), the warmup still finds the step count."""
-    cfg = dataclasses.replace(TINY, warmup_steps=4, eq_output=True, orthograd=True)
+    ⊥Grad chained before the optimizer (its state a tuple), the warmup still finds the step
+    count. The run is test_variants_train's LaProp run (its program compiled once)."""
+    cfg = _LAPROP
     (out,) = engine.train([cfg], progress=False)
     norm = out.metrics["param_norm"]
     assert norm[1] == norm[0] and norm[2] != norm[1]
