@@ -9,6 +9,9 @@ import pytest
 import numerics
 from grokbench import audit, cli
 
+# The audits time their speed row on a small array (tests/grokbench/conftest.py).
+pytestmark = pytest.mark.usefixtures("small_speed_shape")
+
 
 def no_max_shift(logits, labels):
     """Cross-entropy as textbooks write it: exp of the raw logits (overflows)."""

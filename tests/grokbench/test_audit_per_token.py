@@ -9,6 +9,9 @@ from grokbench import audit, cli
 from numerics import testing
 from tests.tolerances import BF16, DTYPES
 
+# The audits time their speed row on a small array (tests/grokbench/conftest.py).
+pytestmark = pytest.mark.usefixtures("small_speed_shape")
+
 # bf16's first margin past a cliff: its own (8 ln 2 = 5.545, where each operation rounds to
 # bf16) or float32's (24 ln 2 = 16.64, where XLA's CPU backend keeps a fused bf16
 # computation in float32); which one the standard formula hits depends on the fusion.
