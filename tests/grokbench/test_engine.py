@@ -57,10 +57,9 @@ def test_columns_and_shapes(batched):
 
 
 def test_vmapped_batch_equals_individual_runs(batched):
-    # The single runs go in chunks of 10 steps (two chunks each), the batch in one chunk of
-    # 20: this also holds the chunking to the unchunked run (test_chunking_does_not_change_
-    # results, slow, at its tighter bound), and its program is test_progress_callback_counts_
-    # every_step's.
+    # The single runs go in two chunks of 10 steps, the batch in one of 20: this also holds
+    # a chunked run to an unchunked one (the slow test_chunking_does_not_change_results does
+    # so at its tighter bound). The single runs' program is the progress callback test's.
     for cfg, out in zip(_variants(), batched, strict=True):
         (single,) = engine.train([cfg], progress=False, chunk_steps=10)
         assert single.config == out.config == cfg
@@ -284,9 +283,8 @@ def test_emulated_matmul_precisions_train_and_differ_from_highest(model, precisi
 def test_emulated_run_is_summarized_with_its_balance_terms(tmp_path):
     """A stored emulated run gets its whole summary: the balance terms' radial slope, a jvp
     at 'highest', is taken by reverse mode through the emulated matmuls (custom_vjp)."""
-    # The program of TINY on the fixed split (test_summary_records_backend_and_matmul_precision's
-    # run, lambda 0.1, and the fixed run of test_per_seed_split_batch_trains_each_run_on_its_
-    # own_split): the exact run's program is compiled once for the three.
+    # TINY on the fixed split: the program of test_summary_records_backend_and_matmul_precision
+    # (its run at lambda 0.1) and of the per_seed test's fixed run, compiled once for the three.
     cfg = dataclasses.replace(TINY, weight_decay=0.1, split="fixed")
     (exact,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
     emulated = dataclasses.replace(cfg, matmul_precision="tf32")
