@@ -238,9 +238,9 @@ def test_quick_recipe_runs_in_minutes(tmp_path):
 
 
 # One variant the recipe leaves out in the fast tier: gated_all_heads, whose gate no other
-# fast test trains. clipped_gated (a second model's programs) is the slow tier's; its parts
-# train in the fast tier: the clipped softmax in test_tiny_quant_run_end_to_end, the linear
-# gate in tests/tasks/test_quant_mechanisms.py (decoder-gated), and this recipe path here.
+# fast test trains. clipped_gated (a second model's programs) is the slow tier's; in the fast
+# tier it trains a step in tests/tasks/test_quant_mechanisms.py (encoder-clipped_gated), and
+# this recipe path runs here.
 @pytest.mark.parametrize(
     "variants",
     [("gated_all_heads",), pytest.param(("clipped_gated",), marks=pytest.mark.slow)],

@@ -426,7 +426,8 @@ def test_plain_softmax_keeps_tiny_probabilities_beside_a_close_second():
 
 @pytest.mark.parametrize(
     # float32 in the fast tier; bf16, fp16 and fp64 are the slow tier's, their fast siblings
-    # tests/grokbench/test_audit_sink.py's bf16 audits (the same check through the CLI) and
+    # tests/grokbench/test_audit_sink.py's bf16 audits (the same check through the CLI: the
+    # fixed sink-softmax passing, the standard sink-log_softmax failing, in the fast tier) and
     # test_random_rows_against_the_oracle in each dtype. sink-softmax in float32 is the slow
     # tier's too: its fast sibling is check_sink_softmax's doctest
     # (numerics/_check_normalizers.py: the same check of numerics.softmax, bf16, `.ok`).

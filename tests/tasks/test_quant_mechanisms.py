@@ -163,7 +163,16 @@ def _family_variant(fast: set[tuple[str, str]]) -> list:
     return [
         pytest.param(f, v, marks=() if (f, v) in fast else pytest.mark.slow, id=f"{f}-{v}")
         for f in ("encoder", "decoder")
-        for v in ("off_by_one", "sink", "sigmoid", "softpick", "gated_output", "gated", "gated_mlp")
+        for v in (
+            "off_by_one",
+            "sink",
+            "sigmoid",
+            "softpick",
+            "gated_output",
+            "gated",
+            "gated_mlp",
+            "clipped_gated",
+        )
     ]
 
 
@@ -176,10 +185,12 @@ _FAST_PAIRS = {
     ("decoder", "off_by_one"),
     ("decoder", "sink"),
     ("decoder", "gated_output"),
-    # The paper's two per-head gates, which no other fast test trains (the quick recipe's
-    # tiny run trains gated_all_heads and clipped_gated, the tiny lab vanilla and clipped).
+    # The paper's two per-head gates and the clipped + gated combination, which no other
+    # fast test trains (the quick recipe's tiny run, tests/grokbench/test_quant.py, trains
+    # gated_all_heads and, in the slow tier, clipped_gated; the tiny lab vanilla and clipped).
     ("encoder", "gated_mlp"),
     ("decoder", "gated"),
+    ("encoder", "clipped_gated"),
 }
 
 
