@@ -42,6 +42,7 @@ from figures.report.paper import (
 )
 from grokbench import runtime
 from numerics import standard
+from tasks import compiled_cache
 
 __all__ = [
     "CLAIMS",
@@ -308,7 +309,7 @@ def squared_gradient(n: int):
     return square
 
 
-@functools.cache
+@compiled_cache(maxsize=8)  # a program: cleared with the others (tasks.clear_compiled_caches)
 def _mean_grad(n: int):
     """The jitted gradient of mean fixed CE over n rows (target 0)."""
     return jax.jit(jax.grad(lambda z: jnp.mean(numerics.cross_entropy(z, jnp.zeros(n, jnp.int32)))))

@@ -29,6 +29,7 @@ HOST_FACTS = {
     "figures/registry.py",  # the figure modules, found once
     "figures/_analytic.py",  # mpmath's exact gradients of fixed inputs (64 entries)
     "figures/report/fig1.py",  # fig1's claims: one jitted loss or gradient per measurement
+    "figures/report/fig3.py",  # Adam's step sizes of fixed residuals (arrays, no program)
     "grokbench/quant/table.py",  # generated corpora, built once per process (4 entries)
 }
 
