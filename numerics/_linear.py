@@ -310,6 +310,161 @@ def head_backward(inputs, chunk, grad_of, ctype, row_arrays, vocab_axis=None):
 _linear.defvjp(_linear_fwd, _linear_bwd)
 
 
+# The fused path (issue 47): `sum` and `mean` without the per-token outputs. The loss is then
+# a scalar, so its cotangent is one number c: the forward pass computes the gradients of the
+# reduced loss with c = 1 in the same pass as the loss (each row's logits once), keeps them as
+# residuals, and the backward multiplies them by c. Three matmuls (the logits, d hidden, d
+# weight) against the recompute path's four. The rows go in blocks of R, each block's (R, V)
+# logits alive at a time (R V about N chunk_size, the recompute path's N chunk_size), since a
+# row's gradient needs the whole row's log-sum-exp; d weight is a (D, V) accumulator in the
+# compute dtype, each block adding its hidden^T g. `jax.custom_vjp` runs this forward only
+# under reverse-mode AD: the plain call is `_forward`, no gradient computed.
+
+
+def block_rows(num_rows: int, num_classes: int, chunk: int) -> int:
+    """Rows per block of the fused path: the most with R V <= N chunk_size (at least 1), so
+    a block's logits take no more memory than a chunk's of the recompute path."""
+    return max(1, min(num_rows, (num_rows * chunk) // max(num_classes, 1)))
+
+
+def _count(keep, size: int, ctype, batch_axis):
+    """The kept positions (every device's rows with `batch_axis`), in the compute dtype."""
+    count = jnp.asarray(size, ctype) if keep is None else jnp.sum(keep).astype(ctype)
+    return count if batch_axis is None else jax.lax.psum(count, batch_axis)
+
+
+def _row_cotangents(labels, keep, valid, reduction: str, ctype, batch_axis):
+    """Each row's cotangent of the reduced loss for a cotangent 1 of it: the recompute
+    path's per-row cotangent (`linear_cross_entropy`'s mask, NaN for an invalid label,
+    1 / count for `mean`), so that the fused gradient is the same math."""
+    one = jnp.ones(labels.shape, ctype)
+    if reduction == "mean":
+        one = one / jnp.maximum(_count(keep, labels.size, ctype, batch_axis), 1)
+    cot = one * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
+    return cot if keep is None else jnp.where(keep, cot, jnp.zeros((), ctype))
+
+
+def _reduce(loss, keep, valid, reduction: str, batch_axis):
+    """The reduced loss from the per-row losses, as `linear_cross_entropy` reduces them."""
+    ctype = loss.dtype
+    loss = loss * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
+    if keep is not None:
+        loss = jnp.where(keep, loss, jnp.zeros((), ctype))
+    total = jnp.sum(loss)
+    if batch_axis is not None:
+        total = jax.lax.psum(total, batch_axis)
+    if reduction == "sum":
+        return total
+    return total / jnp.maximum(_count(keep, loss.size, ctype, batch_axis), 1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
+def _linear_reduced(hidden, weight, bias, labels, keep, valid, opts, chunk, reduction, batch_axis):
+    """The `sum` or `mean` loss (compute dtype, a scalar) of rows hidden_NxD @ weight (with
+    `batch_axis`, of every device's rows)."""
+    loss = _forward(hidden, weight, bias, labels, opts, chunk)[0]
+    return _reduce(loss, keep, valid, reduction, batch_axis)
+
+
+def _row_stats(z, labels, opts, chunk):
+    """`_stats` of one block's whole (R, V) logits: the same chunks of `chunk` columns,
+    their statistics combined, so the loss is the recompute path's math."""
+    full, rest = vocab_chunks(z.shape[1], chunk)
+    zc = capped(z, opts)
+    parts = []
+    if full:
+        blocks = zc[:, : full * chunk].reshape(z.shape[0], full, chunk)
+        starts = jnp.arange(full, dtype=labels.dtype) * chunk
+        per = jax.vmap(lambda zb, s: chunk_stats(zb, labels - s, None, opts), in_axes=(1, 0))(
+            blocks, starts
+        )
+        parts.append(per)
+    if rest:
+        last = chunk_stats(zc[:, full * chunk :], labels - full * chunk, None, opts)
+        parts.append(jax.tree.map(lambda v: v[None], last))
+    return combine(jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts))
+
+
+def _linear_reduced_fwd(
+    hidden, weight, bias, labels, keep, valid, opts, chunk, reduction, batch_axis
+):
+    ctype = compute_dtype(hidden.dtype)
+    n, d = hidden.shape
+    rows = block_rows(n, weight.shape[1], chunk)
+    full, rest = divmod(n, rows)
+    cot = _row_cotangents(labels, keep, valid, reduction, ctype, batch_axis)
+    axes = frozenset().union(
+        *(_varying(x) for x in (hidden, weight, labels, cot)),
+        *(() if bias is None else (_varying(bias),)),
+    )
+
+    def vary(x):
+        missing = None if x is None else tuple(sorted(axes - _varying(x)))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+    def one(h_b, t_b, c_b):
+        z = _logits(h_b, weight, bias)
+        loss, terms = finish(_row_stats(z, t_b, opts, chunk), jnp.ones(t_b.shape, bool), opts)
+        kept_t = jnp.ones(t_b.shape, bool)
+        # g rounds once to the inputs' dtype, as the recompute path's does.
+        g = (chunk_grad(z, t_b, None, kept_t, terms, opts) * c_b[:, None]).astype(hidden.dtype)
+        db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
+        dh = head_dot(g, weight.T)
+        dw = head_dot(h_b.T, g)
+        return loss, dh, dw, db
+
+    def step(carry, x):
+        d_weight, d_bias = carry
+        loss, dh, dw, db = one(*x)
+        d_bias = None if bias is None else d_bias + db
+        return (d_weight + dw, d_bias), (loss, dh)
+
+    d_bias = None if bias is None else vary(jnp.zeros(bias.shape, ctype))
+    carry = (vary(jnp.zeros(weight.shape, ctype)), d_bias)
+    losses, d_hidden = [], []
+    if full:
+        split = lambda x: x[: full * rows].reshape(full, rows, *x.shape[1:])  # noqa: E731
+        carry, (loss, dh) = jax.lax.scan(step, carry, (split(hidden), split(labels), split(cot)))
+        losses.append(loss.reshape(-1))
+        d_hidden.append(dh.reshape(-1, d))
+    if rest:
+        carry, (loss, dh) = step(
+            carry, (hidden[full * rows :], labels[full * rows :], cot[full * rows :])
+        )
+        losses.append(loss)
+        d_hidden.append(dh)
+    d_weight, d_bias = carry
+    loss = jnp.concatenate(losses) if len(losses) > 1 else losses[0]
+    d_hidden = jnp.concatenate(d_hidden) if len(d_hidden) > 1 else d_hidden[0]
+    out = _reduce(loss, keep, valid, reduction, batch_axis)
+    return out, (hidden, weight, bias, labels, keep, valid, d_hidden, d_weight, d_bias)
+
+
+def _linear_reduced_bwd(opts, chunk, reduction, batch_axis, residuals, cotangent):
+    hidden, weight, bias, labels, keep, valid, d_hidden, d_weight, d_bias = residuals
+    c = cotangent.astype(d_hidden.dtype)
+
+    def scaled(grad, primal):
+        grad = grad * c
+        over = tuple(sorted(_varying(grad) - _varying(primal)))
+        return (jax.lax.psum(grad, over) if over else grad).astype(primal.dtype)
+
+    zero_labels = np.zeros(labels.shape, jax.dtypes.float0)
+    no_keep = None if keep is None else np.zeros(keep.shape, jax.dtypes.float0)
+    no_valid = np.zeros(valid.shape, jax.dtypes.float0)
+    return (
+        scaled(d_hidden, hidden),
+        scaled(d_weight, weight),
+        None if bias is None else scaled(d_bias, bias),
+        zero_labels,
+        no_keep,
+        no_valid,
+    )
+
+
+_linear_reduced.defvjp(_linear_reduced_fwd, _linear_reduced_bwd)
+
+
 # The general path (`return_aux`, `temperature`, `accumulation_dtype`): the same chunked
 # statistics plus the per-token outputs' (module docstring), one custom_vjp for all of them.
 
@@ -824,6 +979,13 @@ def linear_cross_entropy(
             # its cotangent are 0, so they add 0 to both gradients.
             t = jnp.where(keep, t, 0)
         valid = (t >= 0) & (t < num_classes)
+        if vocab_axis is None and reduction != "none":
+            # A scalar loss: its cotangent is one number, so the gradients are computed in
+            # the forward pass (`_linear_reduced`); "none" keeps the per-row cotangents.
+            t = jnp.where(valid, t, 0)
+            args = (opts, chunk, reduction, batch_axis)
+            total = _linear_reduced(h, weight, bias, t, keep, valid, *args)
+            return total.astype(hidden.dtype)
         if vocab_axis is None:
             loss = _linear(h, weight, bias, jnp.where(valid, t, 0), opts, chunk)
         else:

@@ -60,17 +60,20 @@ def _case(dtype, n, d, v, seed):
     return hidden, weight
 
 
-def _both(dtype, hidden, weight, labels, chunk, opts):
-    """((loss, d hidden, d weight) chunked, (loss, d hidden, d weight) materialized)."""
-    return _both_many(dtype, [(hidden, weight, labels, chunk)], opts)[0]
+def _both(dtype, hidden, weight, labels, chunk, opts, reduction="none"):
+    """((loss, d hidden, d weight) chunked, (loss, d hidden, d weight) materialized);
+    `reduction` the chunked loss's ("sum": the fused path, its cotangent 1)."""
+    return _both_many(dtype, [(hidden, weight, labels, chunk)], opts, reduction)[0]
 
 
-def _both_many(dtype, cases, opts):
+def _both_many(dtype, cases, opts, reduction="none"):
     """`_both` on each (hidden, weight, labels, chunk) of `cases`, in one jitted program."""
 
     def one(h, w, labels, chunk):
         def chunked(h, w):
-            return numerics.linear_cross_entropy(h, w, labels, chunk_size=chunk, **opts)
+            return numerics.linear_cross_entropy(
+                h, w, labels, chunk_size=chunk, reduction=reduction, **opts
+            )
 
         def materialized(h, w):
             logits = jnp.dot(h, w, preferred_element_type=jnp.float64 if dtype == F64 else F32)
@@ -139,9 +142,12 @@ def _layout_inputs(dtype, v, chunk, seed=0):
     return hidden, weight, labels
 
 
-def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None):
+def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None, fused=False):
     """Both paths on one layout (N = 8, D = 16): ((loss, d hidden, d weight) chunked, the
     materialized loss, [(what, ulps, limit)] for each gradient comparison), all NumPy.
+    `fused`: also the fused path (reduction "sum", gradients in the forward pass, rows in
+    blocks), held to the chunked path's bounds against mpmath, and to `between` against
+    the chunked (recompute) path; the loss and gradients returned are then the fused.
 
     The error model (issue 43's ruling). An entry g_nj = dL/dz_nj is a sum of up to three
     terms, q_j (1 + 2 w lse) and -alpha / V off the target, -S_others / S, 2 w lse q_t and
@@ -178,10 +184,14 @@ def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None):
     between = 1 if dtype.itemsize == 2 else g_materialized + g_chunked
     n = 8
     hidden, weight, labels = _layout_inputs(dtype, v, chunk, seed)
-    if out is None:
-        with jax.enable_x64(dtype == F64):
+    with jax.enable_x64(dtype == F64):
+        if out is None:
             out = _both(dtype, hidden, weight, jnp.asarray(labels), chunk, opts)
-    (loss, dh, dw), (loss_m, dh_m, dw_m) = jax.tree.map(np.asarray, out)
+        (loss, dh, dw), (loss_m, dh_m, dw_m) = jax.tree.map(np.asarray, out)
+        if fused:
+            (loss, dh_f, dw_f), _ = jax.tree.map(
+                np.asarray, _both(dtype, hidden, weight, jnp.asarray(labels), chunk, opts, "sum")
+            )
     h64, w64 = hidden.astype(np.float64), weight.astype(np.float64)
     logits = h64 @ w64  # exact
     _, cap_ulps, s = testing.option_conditioning(logits, labels, **opts)
@@ -200,13 +210,22 @@ def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None):
     for what, (got, got_m, exact, k, dot) in products.items():
         unit, forgiven = dot(m), tiny * dot(np.ones_like(m))
         cap = dot(cap_ulps * m) / np.maximum(unit, 1e-300)
-        for pair, a, b, limit in (
+        pairs = [
             ("chunked - materialized", got, got_m, between),
             ("chunked - mpmath", got, exact, g_chunked + cap),
             ("materialized - mpmath", got_m, exact, g_materialized + cap),
-        ):
+        ]
+        if fused:
+            got_f = dh_f if what == "d hidden" else dw_f
+            pairs += [
+                ("fused - chunked", got_f, got, between),
+                ("fused - mpmath", got_f, exact, g_chunked + cap),
+            ]
+        for pair, a, b, limit in pairs:
             ulps = _dot_ulps(a, b, unit, dtype, forgiven)
             checks.append((f"{what} {pair}", ulps, limit + np.log2(max(k, 2))))
+    if fused:
+        dh, dw = dh_f, dw_f
     return (loss, dh, dw), loss_m, checks
 
 
@@ -223,6 +242,33 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
         where = f"V={v} chunk={chunk}"
         bound = 1 if dtype.itemsize == 2 else value
         assert_ulp_close(loss, loss_m.astype(np.float64), bound, dtype, err_msg=where)
+        for what, ulps, limit in checks:
+            worst = np.unravel_index(np.argmax(ulps - limit), ulps.shape)
+            assert np.all(ulps <= limit), (
+                where,
+                what,
+                float(ulps[worst]),
+                float(np.broadcast_to(limit, ulps.shape)[worst]),
+            )
+
+
+@pytest.mark.parametrize(("dtype", "opts"), _matrix())
+def test_fused_gradients_have_the_chunked_error_model(dtype, opts):
+    # reduction "sum" (and "mean") with a cotangent for the whole loss: the gradients are
+    # computed in the forward pass, the rows in blocks of R = N chunk / V (V = 37, chunk
+    # 16: blocks of 3 rows, 2 left over). Held to the chunked path's error model against
+    # mpmath and to `between` against the recompute path (`_across_chunk_boundaries`).
+    dtype = np.dtype(dtype)
+    value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
+    for v, chunk in [*LAYOUTS, (37, 16)]:
+        (total, dh, dw), loss_m, checks = _across_chunk_boundaries(
+            dtype, opts, v, chunk, fused=True
+        )
+        assert total.dtype == dh.dtype == dw.dtype == dtype and total.shape == ()
+        where = f"V={v} chunk={chunk}"
+        # 8 losses summed (in the compute dtype, rounded once): log2 8 more roundings.
+        bound = (1 if dtype.itemsize == 2 else value) + 3
+        assert_ulp_close(total, np.asarray(loss_m, np.float64).sum(), bound, dtype, err_msg=where)
         for what, ulps, limit in checks:
             worst = np.unravel_index(np.argmax(ulps - limit), ulps.shape)
             assert np.all(ulps <= limit), (
@@ -297,17 +343,64 @@ def test_precision_policy_accumulates_bf16_in_float32():
     np.testing.assert_allclose(float(want[0]), np.log1p(np.e), rtol=1e-6)
 
 
-def test_matmul_precision_is_pinned_highest():
-    jaxpr = jax.make_jaxpr(
-        lambda h, w: jax.value_and_grad(
-            lambda h, w: numerics.linear_cross_entropy(h, w, jnp.array([0, 1]), reduction="sum"),
-            (0, 1),
-        )(h, w)
-    )(jnp.ones((2, 3)), jnp.ones((3, 5)))
-    # Each dot_general equation spans lines; its precision line follows its header.
-    dots = str(jaxpr).split("dot_general[")[1:]
-    assert len(dots) == 4  # forward, backward's recomputation, d hidden, d weight
+def _dots(f, *args) -> list[str]:
+    """The dot_general equations of f's jaxpr (each spans lines; its precision line
+    follows its header)."""
+    return str(jax.make_jaxpr(f)(*args)).split("dot_general[")[1:]
+
+
+@pytest.mark.parametrize(
+    ("reduction", "count"),
+    # "sum": the fused path, the forward's logits, d hidden, d weight; "none" (summed by
+    # the caller, a per-row cotangent): forward, backward's recomputation, d hidden, d weight.
+    [("sum", 3), ("none", 4)],
+    ids=["fused", "recompute"],
+)
+def test_matmul_precision_is_pinned_highest(reduction, count):
+    def loss(h, w):
+        return jnp.sum(numerics.linear_cross_entropy(h, w, jnp.array([0, 1]), reduction=reduction))
+
+    dots = _dots(jax.value_and_grad(loss, (0, 1)), jnp.ones((2, 3)), jnp.ones((3, 5)))
+    assert len(dots) == count
     assert all("precision=(Precision.HIGHEST, Precision.HIGHEST)" in d[:200] for d in dots)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+def test_the_plain_forward_computes_no_gradient(reduction):
+    # The fused path's gradients are computed in custom_vjp's forward rule, which runs only
+    # under reverse-mode AD: the plain call (jit or not) holds one dot, the logits'.
+    def loss(h, w):
+        return numerics.linear_cross_entropy(h, w, jnp.array([0, 1]), reduction=reduction)
+
+    args = (jnp.ones((2, 3)), jnp.ones((3, 5)))
+    assert len(_dots(loss, *args)) == 1
+    assert len(_dots(jax.jit(loss), *args)) == 1
+    compiled = jax.jit(loss).lower(*args).as_text()
+    assert compiled.count("dot_general") == 1
+
+
+def test_a_scalar_of_per_row_losses_keeps_per_row_cotangents():
+    # Only reduction "sum" / "mean" takes the fused path (one cotangent for the loss): a
+    # scalar function of reduction "none"'s losses differentiates with a cotangent per row
+    # (the recompute path), so per-row weights are never lost.
+    n, v = 8, 37
+    hidden, weight = _case(np.dtype(F32), n, 16, v, 3)
+    labels = np.array([0, 1, 7, 8, 18, 35, 36, 3])
+    c = np.array([1.0, -2.0, 0.0, 3.0, 0.5, -0.25, 1.0, 2.0], F32)
+
+    def weighted(h, w):
+        per_row = numerics.linear_cross_entropy(h, w, jnp.asarray(labels), chunk_size=8)
+        return jnp.sum(jnp.asarray(c) * per_row)
+
+    dh, dw = jax.jit(jax.grad(weighted, (0, 1)))(jnp.asarray(hidden), jnp.asarray(weight))
+    h64, w64 = hidden.astype(np.float64), weight.astype(np.float64)
+    g = c[:, None].astype(np.float64) * oracle.cross_entropy_grad(h64 @ w64, labels)
+    for got, want, size in (
+        (dh, g @ w64.T, np.abs(g) @ np.abs(w64).T),
+        (dw, h64.T @ g, np.abs(h64).T @ np.abs(g)),
+    ):
+        err = np.abs(np.asarray(got, np.float64) - want)
+        assert np.all(err <= 1e-5 * np.maximum(size, 1e-30)), float(np.max(err / size))
 
 
 def test_batch_shapes_jit_vmap_and_reductions():
