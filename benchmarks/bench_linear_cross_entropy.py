@@ -9,7 +9,11 @@ weight (D, V) of the mean loss of five programs:
 - optax: `optax.softmax_cross_entropy_with_integer_labels(hidden @ weight, labels)`, the
   materialized logits a trainer without a fused kernel computes;
 - fixed: `numerics.cross_entropy(hidden @ weight, labels)`, our materialized fixed CE;
-- linear: `numerics.linear_cross_entropy(hidden, weight, labels, chunk_size=...)`;
+- linear: `numerics.linear_cross_entropy(hidden, weight, labels, reduction="mean",
+  chunk_size=...)`, the fused path (a scalar loss: the gradients computed in the forward
+  pass, three matmuls);
+- linear-recompute: the mean of `reduction="none"`'s per-row losses, the path a per-row
+  cotangent takes (the backward recomputes each chunk's logits: four matmuls);
 - linear+aux: the same with `return_aux=True`, the per-token outputs (log_prob, entropy,
   lse, argmax, z_loss) returned beside the loss's value and gradient (issue 47's target:
   at most 1.10x linear's time);
@@ -47,6 +51,10 @@ def _programs(chunk: int):
     def linear_loss(h, w, t):
         return numerics.linear_cross_entropy(h, w, t, reduction="mean", chunk_size=chunk)
 
+    def linear_recompute(h, w, t):
+        per_row = numerics.linear_cross_entropy(h, w, t, chunk_size=chunk)
+        return jnp.mean(per_row.astype(jnp.float32)).astype(h.dtype)
+
     def linear_aux(h, w, t):
         loss, aux = numerics.linear_cross_entropy(
             h, w, t, reduction="mean", chunk_size=chunk, return_aux=True
@@ -68,12 +76,13 @@ def _programs(chunk: int):
         "optax": no_aux(optax_loss),
         "fixed": no_aux(fixed_loss),
         "linear": no_aux(linear_loss),
+        "linear-recompute": no_aux(linear_recompute),
         "linear+aux": linear_aux,
         "linear-pg": linear_pg,
     }
 
 
-def bench(rows: int, hidden: int, vocab: int, dtype, chunk: int, reps: int) -> dict:
+def bench(rows: int, hidden: int, vocab: int, dtype, chunk: int, reps: int, only=None) -> dict:
     """{program: (median seconds, temporary bytes)} for one shape and dtype."""
     k_h, k_w, k_t = jax.random.split(jax.random.key(0), 3)
     h = jax.random.normal(k_h, (rows, hidden), jnp.float32).astype(dtype)
@@ -81,6 +90,8 @@ def bench(rows: int, hidden: int, vocab: int, dtype, chunk: int, reps: int) -> d
     t = jax.random.randint(k_t, (rows,), 0, vocab)
     compiled, memory = {}, {}
     for name, loss in _programs(chunk).items():
+        if only is not None and name not in only and name not in ("optax", "linear"):
+            continue
         step = jax.jit(jax.value_and_grad(loss, (0, 1), has_aux=True))
         compiled[name] = step.lower(h, w, t).compile()
         memory[name] = compiled[name].memory_analysis().temp_size_in_bytes
@@ -105,6 +116,11 @@ def main() -> None:
         "--chunk", type=int, default=numerics.linear_cross_entropy.__kwdefaults__["chunk_size"]
     )
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--programs",
+        default=None,
+        help="comma-separated subset (default: all; optax and linear always)",
+    )
     args = parser.parse_args()
     print(
         f"value_and_grad wrt hidden and weight, rows (B*T) {args.rows}, D {args.hidden}, "
@@ -124,7 +140,8 @@ def main() -> None:
     for vocab in (int(v) for v in args.vocab.split(",")):
         for name in args.dtypes.split(","):
             dtype = jnp.dtype(name)
-            got = bench(args.rows, args.hidden, vocab, dtype, args.chunk, args.reps)
+            only = None if args.programs is None else args.programs.split(",")
+            got = bench(args.rows, args.hidden, vocab, dtype, args.chunk, args.reps, only)
             base_t, base_m = got["optax"]
             linear_t = got["linear"][0]
             for program, (sec, mem) in got.items():

@@ -321,6 +321,16 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 # under reverse-mode AD: the plain call is `_forward`, no gradient computed.
 
 
+def fused_dtype(dtype) -> bool:
+    """Whether `sum` / `mean` of `dtype` inputs take the fused path: float32 and float64,
+    whose compute dtype is their own. 16-bit inputs keep the recompute path: their (D, V)
+    accumulator in float32 is twice the weight, and XLA's bf16 program held 912-1,032 MiB of
+    temporary memory at N 4,096, D 512, V 128k (optax's 5,376: above the 1/8 target), where
+    the recompute path already meets its time target (docs/benchmarks.md)."""
+    dtype = np.dtype(dtype)
+    return dtype == np.dtype(compute_dtype(dtype))
+
+
 def block_rows(num_rows: int, num_classes: int, chunk: int) -> int:
     """Rows per block of the fused path: the most with R V <= N chunk_size (at least 1), so
     a block's logits take no more memory than a chunk's of the recompute path."""
@@ -830,6 +840,18 @@ def linear_cross_entropy(
     g times (hidden dweight) per position, and JAX's transpose of it would keep each
     chunk's residuals, an (N, V) array in all: the memory this function exists to save.
 
+    `sum` and `mean` of float32 or float64 inputs (without `vocab_axis`, `return_aux`, a
+    temperature or an `accumulation_dtype`) take the fused path instead: the loss is a
+    scalar, so its cotangent is one number, and the reverse pass's forward computes the
+    gradients of the reduced loss beside it, rows in blocks of R = N chunk_size / V (each
+    block's (R, V) logits once, the same chunk statistics, g, g weight^T, and hidden^T g
+    added to a (D, V) accumulator), the backward scaling them by the cotangent: three
+    matmuls against four, the same error model (tests/numerics/
+    test_linear_cross_entropy.py), memory O(N D + D V + N chunk_size). The plain call
+    computes no gradient (custom_vjp runs that forward only under AD). `none` (a
+    cotangent per row, also when a scalar is taken of its losses afterwards) and 16-bit
+    inputs keep the recompute path.
+
     Precision: logits are accumulated in float32 for bf16, fp16 and fp32 inputs
     (`preferred_element_type`, matmul precision pinned to HIGHEST, so no TF32 or bf16
     passes) and in float64 for float64; the per-chunk and combined sums, the loss and g
@@ -979,7 +1001,7 @@ def linear_cross_entropy(
             # its cotangent are 0, so they add 0 to both gradients.
             t = jnp.where(keep, t, 0)
         valid = (t >= 0) & (t < num_classes)
-        if vocab_axis is None and reduction != "none":
+        if vocab_axis is None and reduction != "none" and fused_dtype(hidden.dtype):
             # A scalar loss: its cotangent is one number, so the gradients are computed in
             # the forward pass (`_linear_reduced`); "none" keeps the per-row cotangents.
             t = jnp.where(valid, t, 0)

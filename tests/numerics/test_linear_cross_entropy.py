@@ -252,12 +252,25 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
             )
 
 
-@pytest.mark.parametrize(("dtype", "opts"), _matrix())
+@pytest.mark.parametrize(
+    ("dtype", "opts"),
+    [  # 16-bit inputs take the recompute path (`numerics._linear.fused_dtype`)
+        pytest.param(
+            dtype,
+            opts,
+            marks=() if (dtype, name) in {(F32, "plain"), (F64, "all")} else pytest.mark.slow,
+            id=f"{np.dtype(dtype).name}-{name}",
+        )
+        for dtype in (F32, F64)
+        for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
+    ],
+)
 def test_fused_gradients_have_the_chunked_error_model(dtype, opts):
-    # reduction "sum" (and "mean") with a cotangent for the whole loss: the gradients are
-    # computed in the forward pass, the rows in blocks of R = N chunk / V (V = 37, chunk
-    # 16: blocks of 3 rows, 2 left over). Held to the chunked path's error model against
-    # mpmath and to `between` against the recompute path (`_across_chunk_boundaries`).
+    # reduction "sum" (and "mean") of float32 / float64 inputs: the gradients are computed
+    # in the forward pass, the rows in blocks of R = N chunk / V (V = 37, chunk 16: blocks
+    # of 3 rows, 2 left over). Held to the chunked path's error model against mpmath and
+    # to `between` against the recompute path (`_across_chunk_boundaries`).
+    assert numerics._linear.fused_dtype(dtype)
     dtype = np.dtype(dtype)
     value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
     for v, chunk in [*LAYOUTS, (37, 16)]:
@@ -350,17 +363,19 @@ def _dots(f, *args) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("reduction", "count"),
-    # "sum": the fused path, the forward's logits, d hidden, d weight; "none" (summed by
-    # the caller, a per-row cotangent): forward, backward's recomputation, d hidden, d weight.
-    [("sum", 3), ("none", 4)],
-    ids=["fused", "recompute"],
+    ("reduction", "dtype", "count"),
+    # "sum" of float32: the fused path, the forward's logits, d hidden, d weight; "none"
+    # (summed by the caller, a per-row cotangent) and 16-bit inputs: forward, backward's
+    # recomputation, d hidden, d weight.
+    [("sum", F32, 3), ("none", F32, 4), ("sum", BF16, 4)],
+    ids=["fused", "recompute", "bf16-recompute"],
 )
-def test_matmul_precision_is_pinned_highest(reduction, count):
+def test_matmul_precision_is_pinned_highest(reduction, dtype, count):
     def loss(h, w):
         return jnp.sum(numerics.linear_cross_entropy(h, w, jnp.array([0, 1]), reduction=reduction))
 
-    dots = _dots(jax.value_and_grad(loss, (0, 1)), jnp.ones((2, 3)), jnp.ones((3, 5)))
+    args = (jnp.ones((2, 3), dtype), jnp.ones((3, 5), dtype))
+    dots = _dots(jax.value_and_grad(loss, (0, 1)), *args)
     assert len(dots) == count
     assert all("precision=(Precision.HIGHEST, Precision.HIGHEST)" in d[:200] for d in dots)
 
