@@ -314,9 +314,9 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 # a scalar, so its cotangent is one number c: the forward pass computes the gradients of the
 # reduced loss with c = 1 in the same pass as the loss (each row's logits once), keeps them as
 # residuals, and the backward multiplies them by c. Three matmuls (the logits, d hidden, d
-# weight) against the recompute path's four. The rows go in blocks of R, each block's (R, V)
-# logits alive at a time (R V about N chunk_size, the recompute path's N chunk_size), since a
-# row's gradient needs the whole row's log-sum-exp; d weight is a (D, V) accumulator in the
+# weight) against the recompute path's four. The rows go in blocks of R (`block_rows`), each
+# block's (R, V) logits alive at a time, since a row's gradient needs the whole row's
+# log-sum-exp; d weight is a (D, V) accumulator in the
 # compute dtype, each block adding its hidden^T g. `jax.custom_vjp` runs this forward only
 # under reverse-mode AD: the plain call is `_forward`, no gradient computed.
 
@@ -331,10 +331,21 @@ def fused_dtype(dtype) -> bool:
     return dtype == np.dtype(compute_dtype(dtype))
 
 
-def block_rows(num_rows: int, num_classes: int, chunk: int) -> int:
-    """Rows per block of the fused path: the most with R V <= N chunk_size (at least 1), so
-    a block's logits take no more memory than a chunk's of the recompute path."""
-    return max(1, min(num_rows, (num_rows * chunk) // max(num_classes, 1)))
+MIN_BLOCK_ROWS = 512
+"""The fused path's least rows per block (or D if smaller): the (D, V) accumulator is read
+and written once per block, so few rows per block pay that traffic many times. At N 4,096,
+D 512, V 128k, float32, on this project's AMD EPYC, time over optax's (medians of 5
+interleaved runs): 512 rows 0.91x (temporary memory 513 MiB), 256 rows 1.00x (385 MiB),
+the recompute path 1.06x (88 MiB); 128 rows was slower than recomputing in two loaded
+paired runs (1.43x / 1.34x against 1.28x / 1.08x). docs/benchmarks.md."""
+
+
+def block_rows(num_rows: int, num_classes: int, chunk: int, depth: int) -> int:
+    """Rows per block of the fused path: R V <= N chunk_size (a block's logits no larger
+    than a chunk's of the recompute path), but at least min(MIN_BLOCK_ROWS, D) rows, whose
+    logits are then no larger than the (D, V) accumulator; at most N."""
+    rows = (num_rows * chunk) // max(num_classes, 1)
+    return max(1, min(num_rows, max(rows, min(MIN_BLOCK_ROWS, depth))))
 
 
 def _count(keep, size: int, ctype, batch_axis):
@@ -400,7 +411,7 @@ def _linear_reduced_fwd(
 ):
     ctype = compute_dtype(hidden.dtype)
     n, d = hidden.shape
-    rows = block_rows(n, weight.shape[1], chunk)
+    rows = block_rows(n, weight.shape[1], chunk, d)
     full, rest = divmod(n, rows)
     cot = _row_cotangents(labels, keep, valid, reduction, ctype, batch_axis)
     axes = frozenset().union(
@@ -843,7 +854,8 @@ def linear_cross_entropy(
     `sum` and `mean` of float32 or float64 inputs (without `vocab_axis`, `return_aux`, a
     temperature or an `accumulation_dtype`) take the fused path instead: the loss is a
     scalar, so its cotangent is one number, and the reverse pass's forward computes the
-    gradients of the reduced loss beside it, rows in blocks of R = N chunk_size / V (each
+    gradients of the reduced loss beside it, rows in blocks of R (N chunk_size / V, at
+    least min(512, D); each
     block's (R, V) logits once, the same chunk statistics, g, g weight^T, and hidden^T g
     added to a (D, V) accumulator), the backward scaling them by the cotangent: three
     matmuls against four, the same error model (tests/numerics/

@@ -265,12 +265,16 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
         for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
     ],
 )
-def test_fused_gradients_have_the_chunked_error_model(dtype, opts):
+def test_fused_gradients_have_the_chunked_error_model(dtype, opts, monkeypatch):
     # reduction "sum" (and "mean") of float32 / float64 inputs: the gradients are computed
-    # in the forward pass, the rows in blocks of R = N chunk / V (V = 37, chunk 16: blocks
-    # of 3 rows, 2 left over). Held to the chunked path's error model against mpmath and
-    # to `between` against the recompute path (`_across_chunk_boundaries`).
-    assert numerics._linear.fused_dtype(dtype)
+    # in the forward pass, the rows in blocks of R = N chunk / V (the least block size
+    # lowered to 1 so that these small layouts split: V = 37, chunk 8: blocks of 1 row;
+    # chunk 16: blocks of 3, 2 rows left over). Held to the chunked path's error model
+    # against mpmath and to `between` against the recompute path (`_across_chunk_boundaries`).
+    from numerics import _linear
+
+    assert _linear.fused_dtype(dtype)
+    monkeypatch.setattr(_linear, "MIN_BLOCK_ROWS", 1)
     dtype = np.dtype(dtype)
     value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
     for v, chunk in [*LAYOUTS, (37, 16)]:
