@@ -4,7 +4,7 @@
         [--vocab 32768,131072] [--dtypes float32,bfloat16] [--chunk 4096] [--reps 3]
 
 For each vocabulary V and dtype, value_and_grad with respect to hidden (rows, D) and
-weight (D, V) of the mean loss of five programs:
+weight (D, V) of the mean loss of six programs:
 
 - optax: `optax.softmax_cross_entropy_with_integer_labels(hidden @ weight, labels)`, the
   materialized logits a trainer without a fused kernel computes;
@@ -23,7 +23,7 @@ weight (D, V) of the mean loss of five programs:
 Memory is the compiled executable's `memory_analysis().temp_size_in_bytes`: XLA's
 buffer assignment of everything that is neither an argument nor an output (the logits,
 their gradient, the chunks), i.e. the peak temporary memory of the step, known before it
-runs. Time is the median of `--reps` runs after a compile and a warm-up, the five
+runs. Time is the median of `--reps` runs after a compile and a warm-up, the six
 programs interleaved. Targets (issue 31): at V = 128k, linear's temporary memory at most
 1/8 of the materialized paths' and its time at most 1.2x optax's.
 """
