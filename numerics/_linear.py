@@ -316,9 +316,11 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 # residuals, and the backward multiplies them by c. Three matmuls (the logits, d hidden, d
 # weight) against the recompute path's four. The rows go in blocks of R (`block_rows`), each
 # block's (R, V) logits alive at a time, since a row's gradient needs the whole row's
-# log-sum-exp; d weight is a (D, V) accumulator in the
-# compute dtype, each block adding its hidden^T g. `jax.custom_vjp` runs this forward only
-# under reverse-mode AD: the plain call is `_forward`, no gradient computed.
+# log-sum-exp; d weight is a (D, V) accumulator in the compute dtype, each block adding its
+# hidden^T g. `jax.custom_vjp` runs this forward only under reverse-mode AD: the plain call
+# is `_forward`, no gradient computed. A cotangent c other than 1 multiplies d hidden and d
+# weight after their sums (one more rounding in the compute dtype, where the recompute path
+# multiplies g before them).
 
 
 def fused_dtype(dtype) -> bool:
@@ -855,10 +857,9 @@ def linear_cross_entropy(
     temperature or an `accumulation_dtype`) take the fused path instead: the loss is a
     scalar, so its cotangent is one number, and the reverse pass's forward computes the
     gradients of the reduced loss beside it, rows in blocks of R (N chunk_size / V, at
-    least min(512, D); each
-    block's (R, V) logits once, the same chunk statistics, g, g weight^T, and hidden^T g
-    added to a (D, V) accumulator), the backward scaling them by the cotangent: three
-    matmuls against four, the same error model (tests/numerics/
+    least min(512, D); each block's (R, V) logits once, the same chunk statistics, g,
+    g weight^T, and hidden^T g added to a (D, V) accumulator), the backward scaling them
+    by the cotangent: three matmuls against four, the same error model (tests/numerics/
     test_linear_cross_entropy.py), memory O(N D + D V + N chunk_size). The plain call
     computes no gradient (custom_vjp runs that forward only under AD). `none` (a
     cotangent per row, also when a scalar is taken of its losses afterwards) and 16-bit
