@@ -612,7 +612,10 @@ def log_prob_value_and_grad(logits, labels, axis: int = -1, *, exact: bool = Fal
     gradient, -log1p(sum_{j != y} e^(z_j - z_y)) and onehot(y) - p (its target entry
     S / (1 + S), never 1 - p_y)."""
     loss, grad = cross_entropy_value_and_grad(logits, labels, axis, exact=exact)
-    return -loss, -grad
+    # At the oracle's precision: mpmath rounds even a negation to the context's, 53 bits
+    # outside (the exact values lost all but float64's precision before this).
+    with mpmath.workprec(PRECISION_BITS):
+        return -loss, -grad
 
 
 def _entropy_row(row: np.ndarray, kept: np.ndarray):
