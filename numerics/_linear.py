@@ -337,9 +337,10 @@ MIN_BLOCK_ROWS = 512
 """The fused path's least rows per block (or D if smaller): the (D, V) accumulator is read
 and written once per block, so few rows per block pay that traffic many times. At N 4,096,
 D 512, V 128k, float32, on this project's AMD EPYC, time over optax's (medians of 5
-interleaved runs): 512 rows 0.91x (temporary memory 513 MiB), 256 rows 1.00x (385 MiB),
-the recompute path 1.06x (88 MiB); 128 rows was slower than recomputing in two loaded
-paired runs (1.43x / 1.34x against 1.28x / 1.08x). docs/benchmarks.md."""
+interleaved runs, the machine loaded): 512 rows 0.91x (temporary memory 513 MiB), 256 rows
+1.00x (385 MiB), the recompute path 1.06x (88 MiB); idle, medians of 3: 512 rows 1.06x,
+256 rows 1.17x, recompute 1.07x. 128 rows was slower than recomputing in two loaded paired
+runs (1.43x / 1.34x against 1.28x / 1.08x). docs/benchmarks.md."""
 
 
 def block_rows(num_rows: int, num_classes: int, chunk: int, depth: int) -> int:
