@@ -229,6 +229,18 @@ def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None, fused=Fals
     return (loss, dh, dw), loss_m, checks
 
 
+def _assert_within(checks, where):
+    """Every (what, ulps, limit) of `_across_chunk_boundaries`' checks within its limit."""
+    for what, ulps, limit in checks:
+        worst = np.unravel_index(np.argmax(ulps - limit), ulps.shape)
+        assert np.all(ulps <= limit), (
+            where,
+            what,
+            float(ulps[worst]),
+            float(np.broadcast_to(limit, ulps.shape)[worst]),
+        )
+
+
 @pytest.mark.parametrize(("dtype", "opts"), _matrix())
 def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
     # The gradients' error model: `_across_chunk_boundaries`.
@@ -242,14 +254,7 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
         where = f"V={v} chunk={chunk}"
         bound = 1 if dtype.itemsize == 2 else value
         assert_ulp_close(loss, loss_m.astype(np.float64), bound, dtype, err_msg=where)
-        for what, ulps, limit in checks:
-            worst = np.unravel_index(np.argmax(ulps - limit), ulps.shape)
-            assert np.all(ulps <= limit), (
-                where,
-                what,
-                float(ulps[worst]),
-                float(np.broadcast_to(limit, ulps.shape)[worst]),
-            )
+        _assert_within(checks, where)
 
 
 @pytest.mark.parametrize(
@@ -286,14 +291,7 @@ def test_fused_gradients_have_the_chunked_error_model(dtype, opts, monkeypatch):
         # 8 losses summed (in the compute dtype, rounded once): log2 8 more roundings.
         bound = (1 if dtype.itemsize == 2 else value) + 3
         assert_ulp_close(total, np.asarray(loss_m, np.float64).sum(), bound, dtype, err_msg=where)
-        for what, ulps, limit in checks:
-            worst = np.unravel_index(np.argmax(ulps - limit), ulps.shape)
-            assert np.all(ulps <= limit), (
-                where,
-                what,
-                float(ulps[worst]),
-                float(np.broadcast_to(limit, ulps.shape)[worst]),
-            )
+        _assert_within(checks, where)
 
 
 @pytest.mark.parametrize("dtype", _dtypes({BF16}))
