@@ -76,14 +76,20 @@ def _check_percentiles(setup):
     on the tiny gated decoder's float pass: the probe's per-batch percentiles are numpy's
     (linear) quantiles of each tap."""
     cfg, params, batch, names, _, fp = setup
-    with pytest.raises(TypeError):  # everything after the batch goes by name
+    _assert_percentiles_are_numpys(cfg, params, batch, names, fp)
+
+
+def _assert_percentiles_are_numpys(cfg, params, batch, names, out):
+    """The probe's output `out` (made with percentile=99) against numpy's linear quantiles of
+    each tap of the float pass; the probe takes everything after the batch by name."""
+    with pytest.raises(TypeError):
         make_quant_probe(cfg, percentile=99.0)(params, batch, 0.0, 1.0)
     seen = {n: np.asarray(x, np.float64).ravel() for n, x in _taps(cfg)(params, batch).items()}
     assert set(seen) == set(names)
     for n in names:
         lo, hi = np.quantile(seen[n], [0.01, 0.99])
-        assert float(fp["plo"][n]) == pytest.approx(lo, rel=1e-4, abs=1e-6), n
-        assert float(fp["phi"][n]) == pytest.approx(hi, rel=1e-4, abs=1e-6), n
+        assert float(out["plo"][n]) == pytest.approx(lo, rel=1e-4, abs=1e-6), n
+        assert float(out["phi"][n]) == pytest.approx(hi, rel=1e-4, abs=1e-6), n
         assert seen[n].min() <= lo <= hi <= seen[n].max()
 
 
@@ -161,24 +167,4 @@ def test_percentile_estimator_matches_numpy():  # _check_percentiles, the same c
         quantize=jnp.asarray(False), hist_lo=zeros, hist_hi=zeros, delim_V=masks[0],
         special_V=masks[1],
     )  # fmt: skip
-    with pytest.raises(TypeError):  # everything after the batch goes by name
-        make_quant_probe(cfg, percentile=99.0)(params, batch, 0.0, 1.0)
-
-    @jax.jit  # one compiled program, not one per operation
-    def taps(params, batch):
-        seen = {}
-
-        def tap(name, x):
-            seen[name] = x
-            return x
-
-        quant_model_apply(params, batch["tokens"], batch["segments"], cfg, 0.0, 1.0, tap)
-        return seen
-
-    seen = {n: np.asarray(x, np.float64).ravel() for n, x in taps(params, batch).items()}
-    assert set(seen) == set(names)
-    for n in names:
-        lo, hi = np.quantile(seen[n], [0.01, 0.99])
-        assert float(out["plo"][n]) == pytest.approx(lo, rel=1e-4, abs=1e-6), n
-        assert float(out["phi"][n]) == pytest.approx(hi, rel=1e-4, abs=1e-6), n
-        assert seen[n].min() <= lo <= hi <= seen[n].max()
+    _assert_percentiles_are_numpys(cfg, params, batch, names, out)
