@@ -316,8 +316,9 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 # residuals, and the backward multiplies them by c. Three matmuls (the logits, d hidden, d
 # weight) against the recompute path's four. The rows go in blocks of R (`block_rows`), each
 # block's (R, V) logits alive at a time, since a row's gradient needs the whole row's
-# log-sum-exp; d weight is a (D, V) accumulator in the compute dtype, each block adding its
-# hidden^T g. `jax.custom_vjp` runs this forward only under reverse-mode AD: the plain call
+# log-sum-exp (its statistics taken a chunk of C columns at a time, as the recompute path's);
+# d weight is a (D, V) accumulator in the compute dtype, each block adding its hidden^T g
+# chunk by chunk (`_add_weight_grad`). `jax.custom_vjp` runs this forward only under reverse-mode AD: the plain call
 # is `_forward`, no gradient computed. A cotangent c other than 1 multiplies d hidden and d
 # weight after their sums (one more rounding in the compute dtype, where the recompute path
 # multiplies g before them).
@@ -326,9 +327,11 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 def fused_dtype(dtype) -> bool:
     """Whether `sum` / `mean` of `dtype` inputs take the fused path: float32 and float64,
     whose compute dtype is their own. 16-bit inputs keep the recompute path: their (D, V)
-    accumulator in float32 is twice the weight, and XLA's bf16 program held 912-1,032 MiB of
-    temporary memory at N 4,096, D 512, V 128k (optax's 5,376: above the 1/8 target), where
-    the recompute path already meets its time target (docs/benchmarks.md)."""
+    accumulator in float32 is twice the weight, and beside it XLA CPU holds a float32 copy
+    of the bf16 weight for its dots (the recompute path's 376 MiB hold one too). At N 4,096,
+    D 512, V 128k, bf16, this project's AMD EPYC, idle, medians of 3: fused 0.62x optax's
+    time but 786 MiB of temporary memory (0.146x optax's 5,376, above the 1/8 target), the
+    recompute path 0.86x and 376 MiB (docs/benchmarks.md)."""
     dtype = np.dtype(dtype)
     return dtype == np.dtype(compute_dtype(dtype))
 
@@ -336,11 +339,12 @@ def fused_dtype(dtype) -> bool:
 MIN_BLOCK_ROWS = 512
 """The fused path's least rows per block (or D if smaller): the (D, V) accumulator is read
 and written once per block, so few rows per block pay that traffic many times. At N 4,096,
-D 512, V 128k, float32, on this project's AMD EPYC, time over optax's (medians of 5
-interleaved runs, the machine loaded): 512 rows 0.91x (temporary memory 513 MiB), 256 rows
-1.00x (385 MiB), the recompute path 1.06x (88 MiB); idle, medians of 3: 512 rows 1.06x,
-256 rows 1.17x, recompute 1.07x. 128 rows was slower than recomputing in two loaded paired
-runs (1.43x / 1.34x against 1.28x / 1.08x). docs/benchmarks.md."""
+D 512, V 128k, float32, on this project's AMD EPYC, with d weight added as one (D, V)
+product per block (before `_add_weight_grad`), time over optax's: loaded, medians of 5
+interleaved runs, 512 rows 0.91x, 256 rows 1.00x, the recompute path 1.06x; idle, medians
+of 3: 512 rows 1.06x, 256 rows 1.17x, recompute 1.07x. 128 rows was slower than
+recomputing in two loaded paired runs (1.43x / 1.34x against 1.28x / 1.08x).
+docs/benchmarks.md."""
 
 
 def block_rows(num_rows: int, num_classes: int, chunk: int, depth: int) -> int:
@@ -395,18 +399,44 @@ def _row_stats(z, labels, opts, chunk):
     their statistics combined, so the loss is the recompute path's math."""
     full, rest = vocab_chunks(z.shape[1], chunk)
     zc = capped(z, opts)
+
+    def stats(i):
+        # A slice of the block at a time (lax.map, not vmap over a reshape): XLA CPU hands
+        # the exp's row sums to a library reduction that cannot fuse its producer, so a
+        # vmapped form materialized e^(z - m) for the whole block, a second (R, V) array.
+        z_c = jax.lax.dynamic_slice_in_dim(zc, i * chunk, chunk, axis=1)
+        return chunk_stats(z_c, labels - i * chunk, None, opts)
+
     parts = []
     if full:
-        blocks = zc[:, : full * chunk].reshape(z.shape[0], full, chunk)
-        starts = jnp.arange(full, dtype=labels.dtype) * chunk
-        per = jax.vmap(lambda zb, s: chunk_stats(zb, labels - s, None, opts), in_axes=(1, 0))(
-            blocks, starts
-        )
-        parts.append(per)
+        parts.append(jax.lax.map(stats, jnp.arange(full, dtype=labels.dtype)))
     if rest:
         last = chunk_stats(zc[:, full * chunk :], labels - full * chunk, None, opts)
         parts.append(jax.tree.map(lambda v: v[None], last))
     return combine(jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts))
+
+
+def _add_weight_grad(d_weight, h_b, g, chunk):
+    """d_weight + h_b^T g, added chunk by chunk of `chunk` columns in place. Added as one
+    (D, V) product, the sum read and wrote the whole accumulator once more per block, from
+    memory: N 4,096, D 512, float32, this project's AMD EPYC, idle, medians of 5 / 3 runs,
+    time over optax's 1.01x -> 0.89x at V 32k and 1.01x -> 0.93x at 128k (the chunked sum)."""
+    full, rest = vocab_chunks(g.shape[1], chunk)
+    # The left operand transposed once into an array of its own (`head_backward`'s reason;
+    # the transpose folded into each chunk's dot ran 0.91x optax's against 0.87x here).
+    h_t = jax.lax.optimization_barrier(h_b.T)
+
+    def add(d_weight, start, size):
+        cols = jax.lax.dynamic_slice_in_dim(d_weight, start, size, axis=1)
+        dw = head_dot(h_t, jax.lax.dynamic_slice_in_dim(g, start, size, axis=1))
+        return jax.lax.dynamic_update_slice_in_dim(d_weight, cols + dw, start, 1)
+
+    if full:
+        step = lambda acc, i: (add(acc, i * chunk, chunk), None)  # noqa: E731
+        d_weight = jax.lax.scan(step, d_weight, jnp.arange(full))[0]
+    if rest:
+        d_weight = add(d_weight, full * chunk, rest)
+    return d_weight
 
 
 def _linear_reduced_fwd(
@@ -433,15 +463,13 @@ def _linear_reduced_fwd(
         # g rounds once to the inputs' dtype, as the recompute path's does.
         g = (chunk_grad(z, t_b, None, kept_t, terms, opts) * c_b[:, None]).astype(hidden.dtype)
         db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
-        dh = head_dot(g, weight.T)
-        dw = head_dot(h_b.T, g)
-        return loss, dh, dw, db
+        return loss, head_dot(g, weight.T), g, db
 
     def step(carry, x):
         d_weight, d_bias = carry
-        loss, dh, dw, db = one(*x)
+        loss, dh, g, db = one(*x)
         d_bias = None if bias is None else d_bias + db
-        return (d_weight + dw, d_bias), (loss, dh)
+        return (_add_weight_grad(d_weight, x[0], g, chunk), d_bias), (loss, dh)
 
     d_bias = None if bias is None else vary(jnp.zeros(bias.shape, ctype))
     carry = (vary(jnp.zeros(weight.shape, ctype)), d_bias)
