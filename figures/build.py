@@ -13,10 +13,12 @@ finished runs of this scale the store holds.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -38,11 +40,14 @@ __all__ = [
     "build",
     "check_names",
     "cpu_model",
+    "default_jobs",
     "forecast",
     "format_forecast",
+    "lanes",
     "missing",
     "names",
     "resolve",
+    "side_by_side",
     "train",
     "train_recipe",
 ]
@@ -74,6 +79,17 @@ def _machine() -> str:
     affinity = getattr(os, "sched_getaffinity", None)
     cores = len(affinity(0)) if affinity else os.cpu_count()
     return f"{cores}-core {cpu}"
+
+
+def default_jobs() -> int:
+    """`grokbench figures`' lanes unless --jobs says: 2 where JAX runs on a CPU of 2 or more
+    cores (the quick build's figures each keep about 1.6 of 2 cores busy: two lanes fill
+    them), else 1 (on a GPU each process would claim most of its memory)."""
+    import jax
+
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+    return 2 if jax.default_backend() == "cpu" and cores >= 2 else 1
 
 
 def names() -> list[str]:
@@ -180,6 +196,139 @@ def _make_quant(ctx: Context) -> None:
         atomic_write_json(ctx.out / CONSTANT_LR_FILE, constant)
 
 
+def lanes(
+    todo: Sequence[str], plan: Mapping[str, tuple[int, int]], expected: Mapping, jobs: int
+) -> list[list[str]]:
+    """The builds of `todo` that train, split into at most `jobs` lanes that train side by
+    side (the first in this process, each other in a process of its own), in build order
+    within a lane. Builds whose figures need a common recipe share a lane (so no run trains
+    twice); the groups go largest first to the lane with the least expected seconds so far
+    (`forecast`'s, a build without a record weighing its run-steps / 100). A build trains
+    when the store lacks runs of it or it makes the quant lab's tables."""
+    owner = {build: f for f in registry.figures() for build in f.builds}
+    working = [
+        n for n in todo if plan.get(n, (0, 0))[0] > 0 or (owner[n].quant_lab and expected.get(n))
+    ]
+    groups: list[tuple[set[str], list[str]]] = []  # (recipes, builds) sharing recipes
+    for name in working:
+        needs = set(owner[name].needs) | ({"quant lab"} if owner[name].quant_lab else set())
+        joined = [g for g in groups if g[0] & needs]
+        merged = (needs.union(*(g[0] for g in joined)), [b for g in joined for b in g[1]] + [name])
+        groups = [g for g in groups if not any(g is j for j in joined)] + [merged]
+
+    def weight(name: str) -> float:
+        seconds = expected.get(name)
+        return seconds if seconds is not None else plan.get(name, (0, 0))[1] / 100
+
+    lanes_: list[list[str]] = [[] for _ in range(max(1, jobs))]
+    totals = [0.0] * len(lanes_)
+    for _, builds in sorted(groups, key=lambda g: -sum(weight(b) for b in g[1])):
+        lane = totals.index(min(totals))
+        lanes_[lane].extend(builds)
+        totals[lane] += sum(weight(b) for b in builds)
+    order = {n: i for i, n in enumerate(todo)}
+    return [sorted(lane, key=order.__getitem__) for lane in lanes_ if lane]
+
+
+def _train_lane(ctx: Context, names: Sequence[str], done=lambda name: None) -> dict[str, dict]:
+    """Train what each build of `names` draws (`train`); per build its `CompileMeter` reading
+    (`done(name)` after each)."""
+    spent = {}
+    for name in names:
+        meter = CompileMeter()
+        train(ctx, [name])
+        spent[name] = meter.read()
+        done(name)
+    return spent
+
+
+def _spawn_lane(
+    ctx: Context, names: Sequence[str], lane: int
+) -> tuple[subprocess.Popen, pathlib.Path]:
+    """Start `python -m figures.build --lane ...` training `names` into the build's store;
+    it writes its per-build readings to OUT/.lane-N.json and its output to OUT/.lane-N.log."""
+    import jax
+
+    env = dict(os.environ)
+    cache = jax.config.jax_compilation_cache_dir
+    if cache:  # the same persistent compilation cache as this process
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    report = ctx.out / f".lane-{lane}.json"
+    report.unlink(missing_ok=True)
+    overrides = {k: list(v) for k, v in ctx.overrides.items()}
+    command = [
+        sys.executable, "-m", "figures.build", "--lane", *names,
+        "--scale", ctx.scale, "--out", str(ctx.out), "--results", str(ctx.store.root),
+        "--overrides", json.dumps(overrides), "--report", str(report),
+    ]  # fmt: skip
+    with open(ctx.out / f".lane-{lane}.log", "w") as log:  # the child holds its own copy
+        child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return child, report
+
+
+def _train_side_by_side(
+    ctx: Context, split: Sequence[Sequence[str]], log, done=lambda name: None
+) -> dict[str, dict]:
+    """Train the lanes of `split` at once (the first here); per build its training reading
+    (`done(name)` as each finishes here, and for another lane's when its process ends). An
+    interrupt stops the other processes too; what they finished stays in the store."""
+    log(
+        f"[{ctx.scale}] training in {len(split)} processes: "
+        + "; ".join(", ".join(lane) for lane in split),
+        file=sys.stderr,
+    )
+    children = [_spawn_lane(ctx, lane, i) for i, lane in enumerate(split[1:], 1)]
+    trained: dict[str, dict] = {}
+    try:
+        trained.update(_train_lane(ctx, split[0], done))
+        for i, ((child, report), lane) in enumerate(zip(children, split[1:], strict=True), 1):
+            code = child.wait()
+            for name in lane:
+                done(name)
+            try:
+                trained.update(json.loads(report.read_text()))
+            except (OSError, ValueError):
+                log(
+                    f"[{ctx.scale}] the process training {', '.join(lane)} stopped (exit "
+                    f"{code}; {ctx.out / f'.lane-{i}.log'}): what it left untrained trains here",
+                    file=sys.stderr,
+                )
+    finally:
+        for child, _ in children:
+            if child.poll() is None:
+                child.terminate()
+                child.wait()
+    return trained
+
+
+def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two `CompileMeter` readings of one build (its training in a lane, then its drawing)."""
+    return {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}}
+
+
+def _lane_main(argv: Sequence[str] | None = None) -> int:
+    """A lane of `build(..., jobs > 1)`: train the named builds' runs into the store."""
+    parser = argparse.ArgumentParser(prog="python -m figures.build", description=_lane_main.__doc__)
+    parser.add_argument("--lane", nargs="+", required=True)
+    parser.add_argument("--scale", choices=("quick", "full"), required=True)
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--results", type=pathlib.Path, required=True)
+    parser.add_argument("--overrides", default="{}")
+    parser.add_argument("--report", type=pathlib.Path, required=True)
+    args = parser.parse_args(argv)
+    overrides = {k: tuple(v) for k, v in json.loads(args.overrides).items()}
+    ctx = Context(
+        quick=args.scale == "quick",
+        out=args.out,
+        store=Store(args.results),
+        progress=False,
+        overrides=overrides,
+    )
+    atomic_write_json(args.report, _train_lane(ctx, resolve(args.lane)))
+    return 0
+
+
 def _record(out: pathlib.Path, scale: str) -> tuple[dict, str]:
     """The per-build record the forecast scales: OUT's last build of this scale, else the
     reference quick build; ({}, '') when neither fits."""
@@ -195,29 +344,47 @@ def _record(out: pathlib.Path, scale: str) -> tuple[dict, str]:
 
 
 def forecast(
-    plan: Mapping[str, tuple[int, int]], record: Mapping[str, Mapping]
+    plan: Mapping[str, tuple[int, int]], record: Mapping[str, Mapping], key: str = "wall"
 ) -> dict[str, float | None]:
-    """Expected seconds per build: the record's wall for it scaled by the run-steps left to
-    train (its wall as recorded for a build that trains nothing of its own, such as the quant
-    lab's, whose runs have their own store); None where the record lacks the build."""
+    """Expected seconds per build: the record's wall (or `key`: "cpu") for it scaled by the
+    run-steps left to train (as recorded for a build that trains nothing of its own, such as
+    the quant lab's, whose runs have their own store); None where the record lacks it."""
     expected: dict[str, float | None] = {}
     for name, (_, steps) in plan.items():
         past = record.get(name)
-        if not past:
+        if not past or key not in past:
             expected[name] = None
         elif past.get("run_steps"):
             share = min(1.0, steps / past["run_steps"])
-            fixed = past["wall"] * 0.05  # drawing and loading stay when nothing trains
-            expected[name] = fixed + (past["wall"] - fixed) * share
+            fixed = past[key] * 0.05  # drawing and loading stay when nothing trains
+            expected[name] = fixed + (past[key] - fixed) * share
         else:
-            expected[name] = past["wall"]
+            expected[name] = past[key]
     return expected
 
 
+def side_by_side(
+    split: Sequence[Sequence[str]],
+    expected: Mapping[str, float | None],
+    cpu: Mapping[str, float | None],
+    cores: int,
+) -> float:
+    """Expected seconds of the lanes of `split` trained at once: the longest lane's, or the
+    lanes' CPU seconds over the cores if more (lanes sharing the cores wait for them)."""
+    longest = max(sum(expected.get(n) or 0.0 for n in lane) for lane in split)
+    work = sum(cpu.get(n) or 0.0 for lane in split for n in lane)
+    return max(longest, work / max(cores, 1))
+
+
 def format_forecast(
-    plan: Mapping[str, tuple[int, int]], expected: Mapping[str, float | None], source: str
+    plan: Mapping[str, tuple[int, int]],
+    expected: Mapping[str, float | None],
+    source: str,
+    split: Sequence[Sequence[str]] = (),
+    together: float | None = None,
 ) -> str:
-    """The table `grokbench figures` prints before it works."""
+    """The table `grokbench figures` prints before it works; with lanes (`split` of more
+    than one), `together` is their expected seconds at once (`side_by_side`)."""
     lines = [f"{'build':<14}{'runs to train':>14}{'run-steps':>12}{'expected':>10}"]
     for name, (runs, steps) in plan.items():
         seconds = expected.get(name)
@@ -225,13 +392,21 @@ def format_forecast(
         lines.append(f"{name:<14}{runs:>14,}{steps:>12,}{shown:>10}")
     known = [s for s in expected.values() if s is not None]
     total = sum(runs for runs, _ in plan.values())
+    laned = {n for lane in split for n in lane} if len(split) > 1 and together else set()
     if known:
+        rest = sum(s for n, s in expected.items() if s is not None and n not in laned)
         lines.append(
-            f"about {duration(sum(known))} for {plural(total, 'run')} to train "
-            f"(scaled from {source}; '?': no record)"
+            f"about {duration(rest + (together or 0.0) if laned else sum(known))} for "
+            f"{plural(total, 'run')} to train (scaled from {source}; '?': no record)"
         )
     else:
         lines.append(f"{plural(total, 'run')} to train (no record of an earlier build to time it)")
+    if len(split) > 1:
+        parts = []
+        for lane in split:
+            alone = sum(expected.get(n) or 0.0 for n in lane)
+            parts.append(f"{', '.join(lane)} (~{alone:.0f} s)")
+        lines.append(f"training in {len(split)} processes side by side: {'; '.join(parts)}")
     return "\n".join(lines)
 
 
@@ -245,8 +420,16 @@ def build(
     overrides: Mapping[str, tuple] | None = None,
     report: bool = True,
     log=print,
+    jobs: int = 1,
 ) -> dict[str, list[pathlib.Path]]:
-    """Build figures `names` (all if empty) into `out`; return name -> written paths."""
+    """Build figures `names` (all if empty) into `out`; return name -> written paths.
+
+    `jobs` > 1: the builds that train go in up to `jobs` lanes (`lanes`) trained side by
+    side, each lane after the first in a process of its own (`python -m figures.build
+    --lane`, its output in OUT/.lane-N.log), before the figures are drawn in order. A run
+    trains the same in either process (the bits do not depend on it); a lane that stops
+    leaves its untrained runs to this process's drawing loop, which trains what is missing.
+    """
     ctx = Context(
         quick=quick,
         out=pathlib.Path(out),
@@ -261,7 +444,12 @@ def build(
     plan = missing(ctx, todo)
     record, source = _record(ctx.out, ctx.scale)
     expected = forecast(plan, record)
-    log(format_forecast(plan, expected, source), file=sys.stderr)
+    split = lanes(todo, plan, expected, jobs) if jobs > 1 else []
+    together = None
+    if len(split) > 1:
+        cores = int(_machine().split("-", 1)[0])
+        together = side_by_side(split, expected, forecast(plan, record, "cpu"), cores)
+    log(format_forecast(plan, expected, source, split, together), file=sys.stderr)
     # The build's bar counts expected seconds (a build without a record: one per build), so
     # its 'left' is the forecast corrected by the pace so far.
     weights = {n: expected[n] if expected[n] is not None else 1.0 for n in todo}
@@ -273,14 +461,22 @@ def build(
         file=sys.stderr,
     )
     start, whole = time.perf_counter(), CompileMeter()
+    bar = lambda name: overall.update(round(weights[name], 1))  # noqa: E731
+    trained = _train_side_by_side(ctx, split, log, bar) if len(split) > 1 else {}
+    lane_totals: dict[str, Any] = {}
+    for name, reading in trained.items():
+        if name not in split[0]:  # another process's: not in this one's meter
+            lane_totals = _merge(lane_totals, {k: v for k, v in reading.items() if k != "wall"})
     for name in todo:
         meter = CompileMeter()
         log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
         train(ctx, [name])  # what the figure draws and the store lacks; drawing only reads
         written[name] = registry.builds()[name](ctx)
         files = ", ".join(p.name for p in written[name])
-        times[name] = {**meter.read(), "runs": plan[name][0], "run_steps": plan[name][1]}
-        overall.update(round(weights[name], 1))
+        reading = _merge(trained.get(name, {}), meter.read())
+        times[name] = {**reading, "runs": plan[name][0], "run_steps": plan[name][1]}
+        if not any(name in lane for lane in split):  # a lane's build counted as it trained
+            overall.update(round(weights[name], 1))
         log(f"[{ctx.scale}] {name}: {files} ({CompileMeter.format(times[name])})", file=sys.stderr)
     overall.close()
     if report:
@@ -292,10 +488,16 @@ def build(
         counts = report_lib.count(rows)
         written["reproduction"] = [path]
         log(f"[{ctx.scale}] {path.name}: {report_lib.format_counts(counts)}", file=sys.stderr)
-    times["total"] = whole.read()
+    times["total"] = _merge(whole.read(), lane_totals)  # CPU and programs of every process
+    if len(split) > 1:
+        times["lanes"] = [list(lane) for lane in split]
     # Where the build's time went, per figure: the tables of
     # docs/studies/build-and-suite-timing.md read it.
     atomic_write_json(ctx.out / TIMES_FILE, times)
     log(f"[{ctx.scale}] {CompileMeter.format(times['total'])}", file=sys.stderr)
     log(f"[{ctx.scale}] done in {time.perf_counter() - start:.1f} s -> {ctx.out}", file=sys.stderr)
     return written
+
+
+if __name__ == "__main__":
+    sys.exit(_lane_main())

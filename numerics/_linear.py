@@ -318,10 +318,10 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 # block's (R, V) logits alive at a time, since a row's gradient needs the whole row's
 # log-sum-exp (its statistics taken a chunk of C columns at a time, as the recompute path's);
 # d weight is a (D, V) accumulator in the compute dtype, each block adding its hidden^T g
-# chunk by chunk (`_add_weight_grad`). `jax.custom_vjp` runs this forward only under reverse-mode AD: the plain call
-# is `_forward`, no gradient computed. A cotangent c other than 1 multiplies d hidden and d
-# weight after their sums (one more rounding in the compute dtype, where the recompute path
-# multiplies g before them).
+# chunk by chunk (`_add_weight_grad`). `jax.custom_vjp` runs this forward only under
+# reverse-mode AD: the plain call is `_forward`, no gradient computed. A cotangent c other
+# than 1 multiplies d hidden and d weight after their sums (one more rounding in the compute
+# dtype, where the recompute path multiplies g before them).
 
 
 def fused_dtype(dtype) -> bool:

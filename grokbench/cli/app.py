@@ -125,6 +125,14 @@ _COMMANDS: dict[str, _Command] = {
                 metavar="key=value",
                 help="override every recipe (repeatable; e.g. --set seeds=1)",
             ),
+            _arg(
+                "--jobs",
+                type=int,
+                default=None,
+                metavar="N",
+                help="train the figures' runs in up to N processes side by side (default: 2 "
+                "where JAX runs on a CPU of 2 or more cores, else 1)",
+            ),
         ),
         rest="names",
         input_errors=(ValueError,),

@@ -229,10 +229,13 @@ def figures(args: argparse.Namespace) -> int:
     papers' scale (hours on a 2-core CPU, minutes on a GPU).
     """
     from figures import build
-    from grokbench.config import parse_overrides
+    from grokbench.config import ConfigError, parse_overrides
     from grokbench.store import Store
 
     build.check_names(args.names)
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1; got {args.jobs}")
+    jobs = build.default_jobs() if args.jobs is None else args.jobs
     names, overrides = build.resolve(args.names), parse_overrides(args.overrides)
     _writable(args, "out", "results")
     build.build(
@@ -242,6 +245,7 @@ def figures(args: argparse.Namespace) -> int:
         store=Store(args.results),
         progress=not args.no_progress,
         overrides=overrides,
+        jobs=jobs,
     )
     return 0
 

@@ -296,3 +296,112 @@ def test_a_figure_drawn_without_its_runs_names_the_command_and_trains_nothing(
     build.train(ctx, ["progress"])  # the build's one place: the runs progress draws
     assert fake_engine and ctx.runs("fig2-top")
     assert [p.name for p in registry.builds()["progress"](ctx)] == ["progress.png", "progress.pdf"]
+
+
+def test_lanes_split_the_builds_that_train_and_keep_shared_recipes_together():
+    """`grokbench figures --jobs 2`: the builds that train go in two lanes, largest first to
+    the least loaded one; progress draws fig2's fig2-top runs, so it trains beside fig2."""
+    order = build.resolve([])
+    plan = {name: (0, 0) for name in order}
+    plan |= {"fig2": (8, 18000), "fig4": (12, 36000), "fig5": (9, 13500), "fig6": (6, 6400)}
+    plan |= {"fig7": (9, 1800), "setup_study": (8, 4000), "progress": (1, 100)}
+    expected = {"fig2": 111.0, "fig4": 43.0, "fig5": 58.0, "fig6": 49.0, "fig7": 74.0}
+    expected |= {"quant": 71.0, "setup_study": 29.0, "progress": 2.0, "fig1a": 2.0}
+    # Groups by seconds: fig2 + progress 113, fig7 74, quant 71 (the quant lab's tables),
+    # fig5 58, fig6 49, fig4 43, setup_study 29; fig1a trains nothing.
+    assert build.lanes(order, plan, expected, 2) == [
+        ["fig2", "fig4", "fig5", "progress"],  # 113 + 58 + 43 = 214 s
+        ["fig6", "fig7", "quant", "setup_study"],  # 74 + 71 + 49 + 29 = 223 s
+    ]
+    one = build.lanes(order, plan, expected, 1)
+    assert one == [["fig2", "fig4", "fig5", "fig6", "fig7", "progress", "quant", "setup_study"]]
+    assert build.lanes(order, {name: (0, 0) for name in order}, {}, 2) == []
+    # Without a record a build weighs its run-steps.
+    assert build.lanes(["fig2", "fig4"], plan, {}, 2) == [["fig4"], ["fig2"]]
+
+
+class _Finished:
+    """A lane's process that has exited with `code`."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def wait(self) -> int:
+        return self.code
+
+    def poll(self) -> int:
+        return self.code
+
+
+def _lane_in_this_process(fails=()):
+    """`build._spawn_lane` run here, to the end, before it returns (lanes in `fails` exit 1
+    having trained nothing)."""
+
+    def spawn(ctx, names, lane):
+        report = ctx.out / f".lane-{lane}.json"
+        if lane in fails:
+            return _Finished(1), report
+        overrides = json.dumps({k: list(v) for k, v in ctx.overrides.items()})
+        argv = ["--lane", *names, "--scale", ctx.scale, "--out", str(ctx.out)]
+        argv += ["--results", str(ctx.store.root), "--overrides", overrides]
+        return _Finished(build._lane_main([*argv, "--report", str(report)])), report
+
+    return spawn
+
+
+@pytest.mark.parametrize("fails", [(), (1,)], ids=["both-lanes", "a-lane-stops"])
+def test_a_build_in_two_lanes_trains_each_run_once_and_draws_every_figure(
+    tmp_path, fake_engine, monkeypatch, fails
+):
+    monkeypatch.setattr(build, "_spawn_lane", _lane_in_this_process(fails))
+    lines = []
+    written = build.build(
+        ["fig2", "fig4"],
+        out=tmp_path / "out",
+        store=Store(tmp_path / "store"),
+        overrides=TINY,
+        progress=False,
+        report=False,
+        log=lambda text, file=None: lines.append(text),
+        jobs=2,
+    )
+    for name in ("fig2", "fig4"):
+        _check_written(written[name], name)
+    trained = [cfg for call in fake_engine for cfg in call]
+    assert len(trained) == len(set(trained))  # no run trained twice
+    times = json.loads((tmp_path / "out" / build.TIMES_FILE).read_text())
+    assert sorted(map(sorted, times["lanes"])) == [["fig2"], ["fig4"]]
+    assert "training in 2 processes side by side" in lines[0]
+    other = times["lanes"][1][0]  # the lane of a process of its own
+    assert times[other]["runs"] > 0
+    stopped = [line for line in lines if "stopped" in line]
+    assert len(stopped) == len(fails)
+    if fails:  # its runs trained in the drawing loop instead
+        assert f"{other}" in stopped[0] and ".lane-1.log" in stopped[0]
+
+
+def test_a_lane_process_trains_into_the_store_and_reports_its_builds(tmp_path):
+    # The command line `build` starts for a lane (a build that trains nothing: the
+    # process's start-up, arguments and report, not training).
+    ctx = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), overrides=TINY)
+    child, report = build._spawn_lane(ctx, ["fig3"], 1)
+    assert child.wait() == 0, (tmp_path / ".lane-1.log").read_text()
+    reading = json.loads(report.read_text())
+    assert set(reading) == {"fig3"} and reading["fig3"]["programs"] == 0
+
+
+def test_jobs_below_one_is_one_line_exit_2(capsys):
+    assert cli.main(["figures", "fig1a", "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1" in capsys.readouterr().err
+
+
+def test_lanes_are_forecast_as_the_longest_lane_or_their_cpu_over_the_cores():
+    split = [["fig2"], ["fig4", "fig5"]]
+    expected = {"fig1a": 2.0, "fig2": 100.0, "fig4": 30.0, "fig5": 40.0}
+    cpu = {"fig2": 180.0, "fig4": 60.0, "fig5": 60.0}
+    assert build.side_by_side(split, expected, cpu, 2) == 150.0  # 300 s of CPU on 2 cores
+    assert build.side_by_side(split, expected, cpu, 4) == 100.0  # the longest lane
+    plan = {"fig1a": (0, 0), "fig2": (1, 10), "fig4": (1, 10), "fig5": (1, 10)}
+    text = build.format_forecast(plan, expected, "a record", split, 150.0)
+    assert "side by side: fig2 (~100 s); fig4, fig5 (~70 s)" in text
+    assert text.count("about") == 1 and "about 2.5 min for 3 runs" in text  # 150 + 2 s
