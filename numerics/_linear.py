@@ -326,14 +326,15 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 
 def fused_dtype(dtype) -> bool:
     """Whether `sum` / `mean` of `dtype` inputs take the fused path: float32 and float64,
-    whose compute dtype is their own. 16-bit inputs keep the recompute path: their (D, V)
-    accumulator in float32 is twice the weight, and beside it XLA CPU holds a float32 copy
-    of the bf16 weight for its dots (the recompute path's 376 MiB hold one too). At N 4,096,
-    D 512, V 128k, bf16, this project's AMD EPYC, idle, medians of 3: fused 0.62x optax's
-    time but 786 MiB of temporary memory (0.146x optax's 5,376, above the 1/8 target), the
-    recompute path 0.86x and 376 MiB (docs/benchmarks.md)."""
+    whose compute dtype is their own, and bfloat16 where the backend runs its dots native
+    (`operand_dtype`, a probe per process: a function of the machine). float16 keeps the
+    recompute path: fused, XLA CPU held float32 copies for its dots, 1,289 MiB of temporary
+    memory at N 4,096, D 512, V 128k on this project's AMD EPYC (bfloat16: 657 MiB, 0.122x
+    optax's); so would a bfloat16 converted to float32 for every dot."""
     dtype = np.dtype(dtype)
-    return dtype == np.dtype(compute_dtype(dtype))
+    if dtype == np.dtype(compute_dtype(dtype)):
+        return True
+    return dtype == np.dtype(jnp.bfloat16) and operand_dtype(dtype) == dtype
 
 
 MIN_BLOCK_ROWS = 512
@@ -456,6 +457,14 @@ def _linear_reduced_fwd(
         missing = None if x is None else tuple(sorted(axes - _varying(x)))
         return jax.lax.pcast(x, missing, to="varying") if missing else x
 
+    # 16-bit: d hidden's right operand W^T laid out once, in the inputs' dtype. Folded into
+    # each block's dot, XLA CPU held a float32 copy of the whole weight for it: N 4,096,
+    # D 512, V 128k, bf16, this project's AMD EPYC, idle, medians of 3, 786 -> 657 MiB of
+    # temporary memory and 0.62x -> 0.49x optax's time (docs/studies/cross-entropy-speed.md).
+    # (float32 and float64 fold it: a copy passed into the loop would be a second weight.)
+    low = np.dtype(hidden.dtype) != np.dtype(ctype)
+    w_t = jax.lax.optimization_barrier(weight.T) if low else None
+
     def one(h_b, t_b, c_b):
         z = _logits(h_b, weight, bias)
         loss, terms = finish(_row_stats(z, t_b, opts, chunk), jnp.ones(t_b.shape, bool), opts)
@@ -463,7 +472,7 @@ def _linear_reduced_fwd(
         # g rounds once to the inputs' dtype, as the recompute path's does.
         g = (chunk_grad(z, t_b, None, kept_t, terms, opts) * c_b[:, None]).astype(hidden.dtype)
         db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
-        return loss, head_dot(g, weight.T), g, db
+        return loss, head_dot(g, w_t if low else weight.T), g, db
 
     def step(carry, x):
         d_weight, d_bias = carry

@@ -259,26 +259,31 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
 
 @pytest.mark.parametrize(
     ("dtype", "opts"),
-    [  # 16-bit inputs take the recompute path (`numerics._linear.fused_dtype`)
+    [  # float16 takes the recompute path (`numerics._linear.fused_dtype`)
         pytest.param(
             dtype,
             opts,
-            marks=() if (dtype, name) in {(F32, "plain"), (F64, "all")} else pytest.mark.slow,
+            marks=()
+            if (dtype, name) in {(F32, "plain"), (F64, "all"), (BF16, "plain")}
+            else pytest.mark.slow,
             id=f"{np.dtype(dtype).name}-{name}",
         )
-        for dtype in (F32, F64)
+        for dtype in (F32, F64, BF16)
         for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
     ],
 )
 def test_fused_gradients_have_the_chunked_error_model(dtype, opts, monkeypatch):
-    # reduction "sum" (and "mean") of float32 / float64 inputs: the gradients are computed
-    # in the forward pass, the rows in blocks of R = N chunk / V (the least block size
-    # lowered to 1 so that these small layouts split: V = 37, chunk 8: blocks of 1 row;
-    # chunk 16: blocks of 3, 2 rows left over). Held to the chunked path's error model
-    # against mpmath and to `between` against the recompute path (`_across_chunk_boundaries`).
+    # reduction "sum" (and "mean") of float32 / float64 inputs, and of bfloat16 where its
+    # dots run native: the gradients are computed in the forward pass, the rows in blocks of
+    # R = N chunk / V (the least block size lowered to 1 so that these small layouts split:
+    # V = 37, chunk 8: blocks of 1 row; chunk 16: blocks of 3, 2 rows left over). Held to the
+    # chunked path's error model against mpmath and to `between` against the recompute path
+    # (`_across_chunk_boundaries`).
     from numerics import _linear
 
-    assert _linear.fused_dtype(dtype)
+    if not _linear.fused_dtype(dtype):
+        assert dtype == BF16 and numerics.linear_operand_dtype(dtype) == F32
+        pytest.skip("bfloat16 dots converted to float32 here: the recompute path")
     monkeypatch.setattr(_linear, "MIN_BLOCK_ROWS", 1)
     dtype = np.dtype(dtype)
     value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
@@ -366,13 +371,18 @@ def _dots(f, *args) -> list[str]:
 
 @pytest.mark.parametrize(
     ("reduction", "dtype", "count"),
-    # "sum" of float32: the fused path, the forward's logits, d hidden, d weight; "none"
-    # (summed by the caller, a per-row cotangent) and 16-bit inputs: forward, backward's
-    # recomputation, d hidden, d weight.
-    [("sum", F32, 3), ("none", F32, 4), ("sum", BF16, 4)],
-    ids=["fused", "recompute", "bf16-recompute"],
+    # "sum" of float32 (and of bfloat16 where its dots run native): the fused path, the
+    # forward's logits, d hidden, d weight; "none" (summed by the caller, a per-row
+    # cotangent) and float16: forward, backward's recomputation, d hidden, d weight.
+    [("sum", F32, 3), ("none", F32, 4), ("sum", BF16, 3), ("sum", F16, 4)],
+    ids=["fused", "recompute", "bf16", "f16-recompute"],
 )
 def test_matmul_precision_is_pinned_highest(reduction, dtype, count):
+    from numerics import _linear
+
+    if dtype == BF16 and not _linear.fused_dtype(dtype):
+        count = 4  # bfloat16 dots converted to float32 here: the recompute path
+
     def loss(h, w):
         return jnp.sum(numerics.linear_cross_entropy(h, w, jnp.array([0, 1]), reduction=reduction))
 
