@@ -891,7 +891,8 @@ def linear_cross_entropy(
     g times (hidden dweight) per position, and JAX's transpose of it would keep each
     chunk's residuals, an (N, V) array in all: the memory this function exists to save.
 
-    `sum` and `mean` of float32 or float64 inputs (without `vocab_axis`, `return_aux`, a
+    `sum` and `mean` of float32, float64 or bfloat16 inputs (bfloat16 where its dots run
+    native, `numerics.linear_operand_dtype`; without `vocab_axis`, `return_aux`, a
     temperature or an `accumulation_dtype`) take the fused path instead: the loss is a
     scalar, so its cotangent is one number, and the reverse pass's forward computes the
     gradients of the reduced loss beside it, rows in blocks of R (N chunk_size / V, at
@@ -900,7 +901,7 @@ def linear_cross_entropy(
     by the cotangent: three matmuls against four, the same error model (tests/numerics/
     test_linear_cross_entropy.py), memory O(N D + D V + N chunk_size). The plain call
     computes no gradient (custom_vjp runs that forward only under AD). `none` (a
-    cotangent per row, also when a scalar is taken of its losses afterwards) and 16-bit
+    cotangent per row, also when a scalar is taken of its losses afterwards) and float16
     inputs keep the recompute path.
 
     Precision: logits are accumulated in float32 for bf16, fp16 and fp32 inputs
