@@ -72,13 +72,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _machine() -> str:
-    """'2-core <cpu>': what a record's times were measured on (the cores this process may
-    use where the OS says, else all)."""
-    cpu = cpu_model()
+def _cores() -> int:
+    """The cores this process may use where the OS says, else all."""
     affinity = getattr(os, "sched_getaffinity", None)
-    cores = len(affinity(0)) if affinity else os.cpu_count()
-    return f"{cores}-core {cpu}"
+    return len(affinity(0)) if affinity else (os.cpu_count() or 1)
+
+
+def _machine() -> str:
+    """'2-core <cpu>': what a record's times were measured on."""
+    return f"{_cores()}-core {cpu_model()}"
 
 
 def default_jobs() -> int:
@@ -87,9 +89,7 @@ def default_jobs() -> int:
     them), else 1 (on a GPU each process would claim most of its memory)."""
     import jax
 
-    affinity = getattr(os, "sched_getaffinity", None)
-    cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
-    return 2 if jax.default_backend() == "cpu" and cores >= 2 else 1
+    return 2 if jax.default_backend() == "cpu" and _cores() >= 2 else 1
 
 
 def names() -> list[str]:
@@ -447,8 +447,7 @@ def build(
     split = lanes(todo, plan, expected, jobs) if jobs > 1 else []
     together = None
     if len(split) > 1:
-        cores = int(_machine().split("-", 1)[0])
-        together = side_by_side(split, expected, forecast(plan, record, "cpu"), cores)
+        together = side_by_side(split, expected, forecast(plan, record, "cpu"), _cores())
     log(format_forecast(plan, expected, source, split, together), file=sys.stderr)
     # The build's bar counts expected seconds (a build without a record: one per build), so
     # its 'left' is the forecast corrected by the pace so far.
