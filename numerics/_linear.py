@@ -162,13 +162,11 @@ def vocab_chunks(num_classes: int, chunk: int) -> tuple[int, int]:
     return num_classes // chunk, num_classes % chunk
 
 
-def _stats(hidden, weight, bias, labels, opts: LossOptions, chunk: int) -> ChunkStats:
-    """The combined per-row statistics, one chunk of logits alive at a time."""
+def _stacked(one, weight, chunk, index_dtype):
+    """`one(w_chunk, start, size)` over the vocabulary's chunks (the columns of `weight`, or
+    of a block's logits), stacked on a leading axis: a scan over the full chunks (one chunk
+    of `one`'s intermediates alive at a time), one static step for the rest."""
     full, rest = vocab_chunks(weight.shape[1], chunk)
-
-    def one(w_chunk, start, size):
-        z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
-        return chunk_stats(capped(z, opts), labels - start, None, opts)
 
     def step(_, i):
         start = i * chunk
@@ -176,12 +174,21 @@ def _stats(hidden, weight, bias, labels, opts: LossOptions, chunk: int) -> Chunk
 
     parts = []
     if full:
-        parts.append(jax.lax.scan(step, None, jnp.arange(full, dtype=labels.dtype))[1])
+        parts.append(jax.lax.scan(step, None, jnp.arange(full, dtype=index_dtype))[1])
     if rest:
-        last = one(weight[:, full * chunk :], full * chunk, rest)
+        last = one(weight[:, full * chunk :], jnp.asarray(full * chunk, index_dtype), rest)
         parts.append(jax.tree.map(lambda v: v[None], last))
-    stacked = jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts)
-    return combine(stacked)
+    return jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts)
+
+
+def _stats(hidden, weight, bias, labels, opts: LossOptions, chunk: int) -> ChunkStats:
+    """The combined per-row statistics, one chunk of logits alive at a time."""
+
+    def one(w_chunk, start, size):
+        z = _logits(hidden, w_chunk, _bias_chunk(bias, start, size))
+        return chunk_stats(capped(z, opts), labels - start, None, opts)
+
+    return combine(_stacked(one, weight, chunk, labels.dtype))
 
 
 def _forward(hidden, weight, bias, labels, opts, chunk):
@@ -362,29 +369,34 @@ def _count(keep, size: int, ctype, batch_axis):
     return count if batch_axis is None else jax.lax.psum(count, batch_axis)
 
 
-def _row_cotangents(labels, keep, valid, reduction: str, ctype, batch_axis):
-    """Each row's cotangent of the reduced loss for a cotangent 1 of it: the recompute
-    path's per-row cotangent (`linear_cross_entropy`'s mask, NaN for an invalid label,
-    1 / count for `mean`), so that the fused gradient is the same math."""
-    one = jnp.ones(labels.shape, ctype)
-    if reduction == "mean":
-        one = one / jnp.maximum(_count(keep, labels.size, ctype, batch_axis), 1)
-    cot = one * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
-    return cot if keep is None else jnp.where(keep, cot, jnp.zeros((), ctype))
-
-
-def _reduce(loss, keep, valid, reduction: str, batch_axis):
-    """The reduced loss from the per-row losses, as `linear_cross_entropy` reduces them."""
+def _masked(loss, keep, valid):
+    """Per-row values as `linear_cross_entropy` returns them: NaN for an invalid label (a
+    product, not a select: the NaN reaches the cotangent too, so the gradients are NaN, as
+    the materialized loss's are), 0 at a position `keep` leaves out."""
     ctype = loss.dtype
     loss = loss * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
-    if keep is not None:
-        loss = jnp.where(keep, loss, jnp.zeros((), ctype))
+    return loss if keep is None else jnp.where(keep, loss, jnp.zeros((), ctype))
+
+
+def _reduce(loss, keep, reduction: str, batch_axis):
+    """`sum` or `mean` of `_masked` per-row losses in their dtype (every device's rows with
+    `batch_axis`)."""
     total = jnp.sum(loss)
     if batch_axis is not None:
         total = jax.lax.psum(total, batch_axis)
     if reduction == "sum":
         return total
-    return total / jnp.maximum(_count(keep, loss.size, ctype, batch_axis), 1)
+    return total / jnp.maximum(_count(keep, loss.size, loss.dtype, batch_axis), 1)
+
+
+def _row_cotangents(labels, keep, valid, reduction: str, ctype, batch_axis):
+    """Each row's cotangent of the reduced loss for a cotangent 1 of it: the recompute
+    path's per-row cotangent (`_masked`, 1 / count for `mean`), so that the fused gradient
+    is the same math."""
+    one = jnp.ones(labels.shape, ctype)
+    if reduction == "mean":
+        one = one / jnp.maximum(_count(keep, labels.size, ctype, batch_axis), 1)
+    return _masked(one, keep, valid)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
@@ -392,29 +404,20 @@ def _linear_reduced(hidden, weight, bias, labels, keep, valid, opts, chunk, redu
     """The `sum` or `mean` loss (compute dtype, a scalar) of rows hidden_NxD @ weight (with
     `batch_axis`, of every device's rows)."""
     loss = _forward(hidden, weight, bias, labels, opts, chunk)[0]
-    return _reduce(loss, keep, valid, reduction, batch_axis)
+    return _reduce(_masked(loss, keep, valid), keep, reduction, batch_axis)
 
 
 def _row_stats(z, labels, opts, chunk):
     """`_stats` of one block's whole (R, V) logits: the same chunks of `chunk` columns,
-    their statistics combined, so the loss is the recompute path's math."""
-    full, rest = vocab_chunks(z.shape[1], chunk)
-    zc = capped(z, opts)
+    their statistics combined, so the loss is the recompute path's math. A slice of the
+    block at a time (`_stacked`'s scan, not a vmap over a reshape): XLA CPU hands the exp's
+    row sums to a library reduction that cannot fuse its producer, so a vmapped form
+    materialized e^(z - m) for the whole block, a second (R, V) array."""
 
-    def stats(i):
-        # A slice of the block at a time (lax.map, not vmap over a reshape): XLA CPU hands
-        # the exp's row sums to a library reduction that cannot fuse its producer, so a
-        # vmapped form materialized e^(z - m) for the whole block, a second (R, V) array.
-        z_c = jax.lax.dynamic_slice_in_dim(zc, i * chunk, chunk, axis=1)
-        return chunk_stats(z_c, labels - i * chunk, None, opts)
+    def one(z_c, start, size):
+        return chunk_stats(z_c, labels - start, None, opts)
 
-    parts = []
-    if full:
-        parts.append(jax.lax.map(stats, jnp.arange(full, dtype=labels.dtype)))
-    if rest:
-        last = chunk_stats(zc[:, full * chunk :], labels - full * chunk, None, opts)
-        parts.append(jax.tree.map(lambda v: v[None], last))
-    return combine(jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts))
+    return combine(_stacked(one, capped(z, opts), chunk, labels.dtype))
 
 
 def _add_weight_grad(d_weight, h_b, g, chunk):
@@ -467,8 +470,8 @@ def _linear_reduced_fwd(
 
     def one(h_b, t_b, c_b):
         z = _logits(h_b, weight, bias)
-        loss, terms = finish(_row_stats(z, t_b, opts, chunk), jnp.ones(t_b.shape, bool), opts)
         kept_t = jnp.ones(t_b.shape, bool)
+        loss, terms = finish(_row_stats(z, t_b, opts, chunk), kept_t, opts)
         # g rounds once to the inputs' dtype, as the recompute path's does.
         g = (chunk_grad(z, t_b, None, kept_t, terms, opts) * c_b[:, None]).astype(hidden.dtype)
         db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
@@ -497,7 +500,7 @@ def _linear_reduced_fwd(
     d_weight, d_bias = carry
     loss = jnp.concatenate(losses) if len(losses) > 1 else losses[0]
     d_hidden = jnp.concatenate(d_hidden) if len(d_hidden) > 1 else d_hidden[0]
-    out = _reduce(loss, keep, valid, reduction, batch_axis)
+    out = _reduce(_masked(loss, keep, valid), keep, reduction, batch_axis)
     return out, (hidden, weight, bias, labels, keep, valid, d_hidden, d_weight, d_bias)
 
 
@@ -651,23 +654,6 @@ def _aux_combine(aux: AuxStats):
     h = jnp.log(hi) + lo / hi + mean_gap
     argmax = jnp.take_along_axis(aux.arg, star[None, :], axis=0)[0]
     return h, argmax, EntropyTerms(row, hi, mean_gap)
-
-
-def _stacked(one, weight, chunk, index_dtype):
-    """`one(w_chunk, start, size)` over the vocabulary's chunks, stacked on a leading axis."""
-    full, rest = vocab_chunks(weight.shape[1], chunk)
-
-    def step(_, i):
-        start = i * chunk
-        return None, one(jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=1), start, chunk)
-
-    parts = []
-    if full:
-        parts.append(jax.lax.scan(step, None, jnp.arange(full, dtype=index_dtype))[1])
-    if rest:
-        last = one(weight[:, full * chunk :], jnp.asarray(full * chunk, index_dtype), rest)
-        parts.append(jax.tree.map(lambda v: v[None], last))
-    return jax.tree.map(lambda *v: jnp.concatenate(v, axis=0), *parts)
 
 
 def _aux_forward(hidden, weight, bias, labels, opts, cfg: AuxConfig):
@@ -1064,20 +1050,10 @@ def linear_cross_entropy(
             loss = _linear(h, weight, bias, jnp.where(valid, t, 0), opts, chunk)
         else:
             loss = _sharded(h, weight, bias, jnp.where(valid, t, 0), opts, chunk, vocab_axis)
-        # A product, not a select: an invalid label's NaN reaches the cotangent too, so
-        # the gradients are NaN, as the materialized loss's are.
-        loss = loss * jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
-        if keep is not None:
-            loss = jnp.where(keep, loss, jnp.zeros((), ctype))
+        loss = _masked(loss, keep, valid)
     if reduction == "none":
         return loss.reshape(shape).astype(hidden.dtype)
-    total = jnp.sum(loss)
-    count = jnp.asarray(t.size, ctype) if keep is None else jnp.sum(keep).astype(ctype)
-    if batch_axis is not None:  # every device's rows, summed in the compute dtype
-        total, count = jax.lax.psum((total, count), batch_axis)
-    if reduction == "sum":
-        return total.astype(hidden.dtype)
-    return (total / jnp.maximum(count, 1)).astype(hidden.dtype)
+    return _reduce(loss, keep, reduction, batch_axis).astype(hidden.dtype)
 
 
 def _check_temperature(temperature) -> float:
@@ -1154,10 +1130,7 @@ def _general(hidden, weight, bias, labels, kept, opts, reduction, return_aux, cf
     if reduction == "none":
         out = loss.reshape(shape).astype(hidden.dtype)
     else:
-        total = jnp.sum(loss)
-        count = jnp.asarray(t.size, ctype) if keep is None else jnp.sum(keep).astype(ctype)
-        out = total if reduction == "sum" else total / jnp.maximum(count, 1)
-        out = out.astype(hidden.dtype)
+        out = _reduce(loss, keep, reduction, None).astype(hidden.dtype)
     if not return_aux:
         return out
     z_term = (
