@@ -137,10 +137,10 @@ def main() -> None:
     header = "| V | dtype | program | time (s) | vs optax | vs linear | temp (MiB) | vs optax |"
     print(header)
     print("|" + "---|" * 8)
+    only = None if args.programs is None else args.programs.split(",")
     for vocab in (int(v) for v in args.vocab.split(",")):
         for name in args.dtypes.split(","):
             dtype = jnp.dtype(name)
-            only = None if args.programs is None else args.programs.split(",")
             got = bench(args.rows, args.hidden, vocab, dtype, args.chunk, args.reps, only)
             base_t, base_m = got["optax"]
             linear_t = got["linear"][0]

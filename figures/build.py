@@ -124,9 +124,14 @@ def check_names(wanted: Sequence[str]) -> None:
         raise ConfigError(f"unknown figure(s) {name}; {did_you_mean(name, known)}")
 
 
+def _figures() -> dict[str, registry.Figure]:
+    """Each build name -> its figure."""
+    return {build: f for f in registry.figures() for build in f.builds}
+
+
 def _owner() -> dict[str, tuple[str, ...]]:
     """Each build name -> the recipes whose runs it trains (its figure's)."""
-    return {build: f.recipes for f in registry.figures() for build in f.builds}
+    return {build: f.recipes for build, f in _figures().items()}
 
 
 def missing(ctx: Context, names: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -159,7 +164,7 @@ def train(ctx: Context, names: Sequence[str]) -> None:
     """Train what the builds `names` draw that the store lacks, before they are drawn: the
     runs of every recipe their figures need (those `ctx` holds already are not asked for
     again), and for the quant figure the quant lab's tables (`_make_quant`)."""
-    owner = {build: f for f in registry.figures() for build in f.builds}
+    owner = _figures()
     made: set[str] = set()
     for name in names:
         figure = owner[name]
@@ -205,7 +210,7 @@ def lanes(
     twice); the groups go largest first to the lane with the least expected seconds so far
     (`forecast`'s, a build without a record weighing its run-steps / 100). A build trains
     when the store lacks runs of it or it makes the quant lab's tables."""
-    owner = {build: f for f in registry.figures() for build in f.builds}
+    owner = _figures()
     working = [
         n for n in todo if plan.get(n, (0, 0))[0] > 0 or (owner[n].quant_lab and expected.get(n))
     ]
@@ -213,19 +218,22 @@ def lanes(
     for name in working:
         needs = set(owner[name].needs) | ({"quant lab"} if owner[name].quant_lab else set())
         joined = [g for g in groups if g[0] & needs]
-        merged = (needs.union(*(g[0] for g in joined)), [b for g in joined for b in g[1]] + [name])
-        groups = [g for g in groups if not any(g is j for j in joined)] + [merged]
+        groups = [g for g in groups if not g[0] & needs]
+        groups.append(
+            (needs.union(*(r for r, _ in joined)), [*(b for _, bs in joined for b in bs), name])
+        )
 
     def weight(name: str) -> float:
         seconds = expected.get(name)
         return seconds if seconds is not None else plan.get(name, (0, 0))[1] / 100
 
+    sized = [(sum(weight(b) for b in builds), builds) for _, builds in groups]
     lanes_: list[list[str]] = [[] for _ in range(max(1, jobs))]
     totals = [0.0] * len(lanes_)
-    for _, builds in sorted(groups, key=lambda g: -sum(weight(b) for b in g[1])):
+    for seconds, builds in sorted(sized, key=lambda g: -g[0]):
         lane = totals.index(min(totals))
         lanes_[lane].extend(builds)
-        totals[lane] += sum(weight(b) for b in builds)
+        totals[lane] += seconds
     order = {n: i for i, n in enumerate(todo)}
     return [sorted(lane, key=order.__getitem__) for lane in lanes_ if lane]
 

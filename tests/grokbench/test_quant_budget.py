@@ -14,6 +14,7 @@ import pytest
 
 from grokbench.quant import QuantConfig
 from tasks.quant import lm_head_loss_sums, quant_model_hidden, quant_model_init
+from tests.tasks._compile import FAST_COMPILE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -37,7 +38,7 @@ TINY = [
 def _script(tmp_path, budget_s, *args):
     # XLA's cheapest compile: this tests the script, not its speed, and nearly all of its
     # time at this size is compiling (half of it with these flags; the same perplexities).
-    fast = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    fast = " ".join(f"--{k}={str(v).lower()}" for k, v in FAST_COMPILE.items())
     env = {
         **os.environ,
         "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {fast}".strip(),
