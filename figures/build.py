@@ -264,15 +264,20 @@ def _spawn_lane(
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     report = ctx.out / f".lane-{lane}.json"
     report.unlink(missing_ok=True)
-    overrides = {k: list(v) for k, v in ctx.overrides.items()}
-    command = [
-        sys.executable, "-m", "figures.build", "--lane", *names,
-        "--scale", ctx.scale, "--out", str(ctx.out), "--results", str(ctx.store.root),
-        "--overrides", json.dumps(overrides), "--report", str(report),
-    ]  # fmt: skip
+    command = [sys.executable, "-m", "figures.build", *_lane_args(ctx, names, report)]
     with open(ctx.out / f".lane-{lane}.log", "w") as log:  # the child holds its own copy
         child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     return child, report
+
+
+def _lane_args(ctx: Context, names: Sequence[str], report: pathlib.Path) -> list[str]:
+    """`_lane_main`'s arguments for a lane training `names` of `ctx`'s build."""
+    overrides = {k: list(v) for k, v in ctx.overrides.items()}
+    return [
+        "--lane", *names, "--scale", ctx.scale, "--out", str(ctx.out),
+        "--results", str(ctx.store.root), "--overrides", json.dumps(overrides),
+        "--report", str(report),
+    ]  # fmt: skip
 
 
 def _train_side_by_side(

@@ -341,10 +341,7 @@ def _lane_in_this_process(fails=()):
         report = ctx.out / f".lane-{lane}.json"
         if lane in fails:
             return _Finished(1), report
-        overrides = json.dumps({k: list(v) for k, v in ctx.overrides.items()})
-        argv = ["--lane", *names, "--scale", ctx.scale, "--out", str(ctx.out)]
-        argv += ["--results", str(ctx.store.root), "--overrides", overrides]
-        return _Finished(build._lane_main([*argv, "--report", str(report)])), report
+        return _Finished(build._lane_main(build._lane_args(ctx, names, report))), report
 
     return spawn
 
