@@ -458,8 +458,10 @@ def build(
     record, source = _record(ctx.out, ctx.scale)
     expected = forecast(plan, record)
     split = lanes(todo, plan, expected, jobs) if jobs > 1 else []
+    split = split if len(split) > 1 else []  # one lane: this process trains it, as without
+    laned = {n for lane in split for n in lane}
     together = None
-    if len(split) > 1:
+    if split:
         together = side_by_side(split, expected, forecast(plan, record, "cpu"), _cores())
     log(format_forecast(plan, expected, source, split, together), file=sys.stderr)
     # The build's bar counts expected seconds (a build without a record: one per build), so
@@ -474,7 +476,7 @@ def build(
     )
     start, whole = time.perf_counter(), CompileMeter()
     bar = lambda name: overall.update(round(weights[name], 1))  # noqa: E731
-    trained = _train_side_by_side(ctx, split, log, bar) if len(split) > 1 else {}
+    trained = _train_side_by_side(ctx, split, log, bar) if split else {}
     lane_totals: dict[str, Any] = {}
     for name, reading in trained.items():
         if name not in split[0]:  # another process's: not in this one's meter
@@ -487,7 +489,7 @@ def build(
         files = ", ".join(p.name for p in written[name])
         reading = _merge(trained.get(name, {}), meter.read())
         times[name] = {**reading, "runs": plan[name][0], "run_steps": plan[name][1]}
-        if not any(name in lane for lane in split):  # a lane's build counted as it trained
+        if name not in laned:  # a lane's build counted as it trained
             overall.update(round(weights[name], 1))
         log(f"[{ctx.scale}] {name}: {files} ({CompileMeter.format(times[name])})", file=sys.stderr)
     overall.close()
@@ -501,7 +503,7 @@ def build(
         written["reproduction"] = [path]
         log(f"[{ctx.scale}] {path.name}: {report_lib.format_counts(counts)}", file=sys.stderr)
     times["total"] = _merge(whole.read(), lane_totals)  # CPU and programs of every process
-    if len(split) > 1:
+    if split:
         times["lanes"] = [list(lane) for lane in split]
     # Where the build's time went, per figure: the tables of
     # docs/studies/build-and-suite-timing.md read it.

@@ -402,3 +402,41 @@ def test_lanes_are_forecast_as_the_longest_lane_or_their_cpu_over_the_cores():
     text = build.format_forecast(plan, expected, "a record", split, 150.0)
     assert "side by side: fig2 (~100 s); fig4, fig5 (~70 s)" in text
     assert text.count("about") == 1 and "about 2.5 min for 3 runs" in text  # 150 + 2 s
+
+
+def test_a_build_with_one_lane_of_training_trains_in_this_process(
+    tmp_path, fake_engine, monkeypatch
+):
+    # fig3 trains nothing, so fig2 is the only lane: no second process, and the build's bar
+    # still counts every build once.
+    def spawn(ctx, names, lane):
+        raise AssertionError(f"a second process for {names}")
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            self.total, self.done = total, 0.0
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            bars.append(self)
+
+    bars = []
+    monkeypatch.setattr(build, "_spawn_lane", spawn)
+    monkeypatch.setattr(build.tqdm, "tqdm", Bar)
+    lines = []
+    build.build(
+        ["fig2", "fig3"],
+        out=tmp_path / "out",
+        store=Store(tmp_path / "store"),
+        overrides=TINY,
+        progress=False,
+        report=False,
+        log=lambda text, file=None: lines.append(text),
+        jobs=2,
+    )
+    assert fake_engine and not any("processes" in line for line in lines)
+    assert "lanes" not in json.loads((tmp_path / "out" / build.TIMES_FILE).read_text())
+    # The total and each build's step are rounded to 0.1 s: within 0.05 s each of 3 roundings.
+    assert bars[0].done == pytest.approx(bars[0].total, abs=0.15)
