@@ -57,7 +57,7 @@ def fake_engine(monkeypatch):
     return calls
 
 
-def _build(tmp_path, names, overrides=TINY, out=None, log=lambda *a, **k: None):
+def _build(tmp_path, names, overrides=TINY, out=None, log=lambda *a, **k: None, jobs=1):
     """`build.build` as the tests run it: the store under tmp_path, quiet, no report."""
     return build.build(
         names,
@@ -67,6 +67,7 @@ def _build(tmp_path, names, overrides=TINY, out=None, log=lambda *a, **k: None):
         progress=False,
         report=False,
         log=log,
+        jobs=jobs,
     )
 
 
@@ -352,13 +353,10 @@ def test_a_build_in_two_lanes_trains_each_run_once_and_draws_every_figure(
 ):
     monkeypatch.setattr(build, "_spawn_lane", _lane_in_this_process(fails))
     lines = []
-    written = build.build(
+    written = _build(
+        tmp_path,
         ["fig2", "fig4"],
         out=tmp_path / "out",
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
         log=lambda text, file=None: lines.append(text),
         jobs=2,
     )
@@ -426,13 +424,10 @@ def test_a_build_with_one_lane_of_training_trains_in_this_process(
     monkeypatch.setattr(build, "_spawn_lane", spawn)
     monkeypatch.setattr(build.tqdm, "tqdm", Bar)
     lines = []
-    build.build(
+    _build(
+        tmp_path,
         ["fig2", "fig3"],
         out=tmp_path / "out",
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
         log=lambda text, file=None: lines.append(text),
         jobs=2,
     )
