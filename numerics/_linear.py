@@ -407,6 +407,42 @@ def _linear_reduced(hidden, weight, bias, labels, keep, valid, opts, chunk, redu
     return _reduce(_masked(loss, keep, valid), keep, reduction, batch_axis)
 
 
+SLICE_BYTES = 1 << 20
+"""The fused path's statistics take a block's logits a slice of rows x C columns at a
+time, at most this many bytes of float32 (`_row_sliced`): 64 rows at C = 4,096."""
+
+
+def _row_sliced(one, z, labels, chunk):
+    """`one(z_slice, labels_slice, start, size)` over a block's (R, V) logits, a slice of
+    r rows (r C float32 at most `SLICE_BYTES`) and C = `chunk` columns at a time, stacked
+    as `_stacked` stacks its chunks: (chunks, R) per statistic. XLA CPU hands each row
+    reduction to a library call that fuses no exp and no select, so each slice's e^(z - m),
+    its masked copy and its gaps are written out before they are summed; slices of the
+    whole block's R rows (8 MiB each at R 512, C 4,096) went through memory, slices of 64
+    rows stay in cache. N 4,096, D 512, this project's AMD EPYC, medians of 3-5 in one
+    process, the per-token outputs' time over the plain loss's: bfloat16 V 32k 1.12x ->
+    1.07x, V 128k 1.11x -> 1.08x, float32 V 32k 1.11x -> 1.06x; the plain loss itself
+    0.98-1.01x (docs/studies/cross-entropy-speed.md)."""
+    rows = max(1, SLICE_BYTES // (4 * chunk))
+    n = z.shape[0] // rows
+    if n < 2:
+        return _stacked(
+            lambda z_c, start, size: one(z_c, labels, start, size), z, chunk, labels.dtype
+        )
+
+    def sliced(z_r, t_r):
+        return _stacked(
+            lambda z_c, start, size: one(z_c, t_r, start, size), z_r, chunk, labels.dtype
+        )
+
+    split = lambda x: x[: n * rows].reshape(n, rows, *x.shape[1:])  # noqa: E731
+    out = jax.lax.scan(lambda _, x: (None, sliced(*x)), None, (split(z), split(labels)))[1]
+    parts = [jax.tree.map(lambda v: jnp.moveaxis(v, 0, 1).reshape(v.shape[1], -1), out)]
+    if z.shape[0] > n * rows:
+        parts.append(sliced(z[n * rows :], labels[n * rows :]))
+    return jax.tree.map(lambda *v: jnp.concatenate(v, axis=1), *parts)
+
+
 def _row_stats(z, labels, opts, chunk):
     """`_stats` of one block's whole (R, V) logits: the same chunks of `chunk` columns,
     their statistics combined, so the loss is the recompute path's math. A slice of the
@@ -414,10 +450,10 @@ def _row_stats(z, labels, opts, chunk):
     row sums to a library reduction that cannot fuse its producer, so a vmapped form
     materialized e^(z - m) for the whole block, a second (R, V) array."""
 
-    def one(z_c, start, size):
-        return chunk_stats(z_c, labels - start, None, opts)
+    def one(z_c, t_r, start, size):
+        return chunk_stats(z_c, t_r - start, None, opts)
 
-    return combine(_stacked(one, capped(z, opts), chunk, labels.dtype))
+    return combine(_row_sliced(one, capped(z, opts), labels, chunk))
 
 
 def _add_weight_grad(d_weight, h_b, g, chunk):
@@ -656,23 +692,84 @@ def _aux_combine(aux: AuxStats):
     return h, argmax, EntropyTerms(row, hi, mean_gap)
 
 
-def _aux_forward(hidden, weight, bias, labels, opts, cfg: AuxConfig):
-    ctype = np.dtype(cfg.ctype)
+def _aux_stats(z_raw, labels, start, opts, cfg: AuxConfig):
+    """One chunk's (ChunkStats, AuxStats) of raw logits z_raw (rows, C) whose first column
+    is the vocabulary's `start`: the loss's statistics with the cap applied here
+    (`_final_logits`, then the temperature), the per-token outputs' beside them."""
+    z = _final_logits(z_raw, opts, cfg.temperature)
+    aux = _aux_chunk(z, start, z is z_raw)
+    return chunk_stats(z, labels - start, None, opts._replace(soft_cap=None)), aux
+
+
+def _aux_finish(stats: ChunkStats, aux: AuxStats, opts):
+    """(loss, log_prob, entropy, lse, argmax) per row and the gradient's (RowTerms,
+    EntropyTerms) from the chunks' statistics (stacked on axis 0)."""
     uncapped = opts._replace(soft_cap=None)  # the cap is applied in `_final_logits`
-
-    def one(w_chunk, start, size):
-        z_raw = _logits(hidden, w_chunk, _bias_chunk(bias, start, size), ctype)
-        z = _final_logits(z_raw, opts, cfg.temperature)
-        aux = _aux_chunk(z, start, z is z_raw)
-        return chunk_stats(z, labels - start, None, uncapped), aux
-
-    stats, aux = _stacked(one, weight, cfg.chunk, labels.dtype)
     stats = combine(stats)
-    kept_t = jnp.ones(labels.shape, bool)
+    kept_t = jnp.ones(stats.z_max.shape, bool)
     loss, terms = finish(stats, kept_t, uncapped)
     ce = finish(stats, kept_t, LossOptions())[0]  # the plain margin-form CE: -log p_y
     h, argmax, h_terms = _aux_combine(aux)
     return (loss, -ce, h, terms.lse, argmax), (terms, h_terms)
+
+
+def _aux_forward(hidden, weight, bias, labels, opts, cfg: AuxConfig):
+    ctype = np.dtype(cfg.ctype)
+
+    def one(w_chunk, start, size):
+        z_raw = _logits(hidden, w_chunk, _bias_chunk(bias, start, size), ctype)
+        return _aux_stats(z_raw, labels, start, opts, cfg)
+
+    return _aux_finish(*_stacked(one, weight, cfg.chunk, labels.dtype), opts)
+
+
+def _aux_grad(z_raw, local_t, terms, h_terms, opts, cfg: AuxConfig, cots):
+    """d/dz_raw of sum_rows (c_loss loss + c_lp log_prob + c_h entropy + c_lse lse) on one
+    chunk (rows, C) of raw logits in the accumulation dtype; `cots` = (c_loss, c_lp, c_h,
+    c_lse) per row, each None where its output has no cotangent (its term is left out)."""
+    ctype = np.dtype(cfg.ctype)
+    c_loss, c_lp, c_h, c_lse = (None if c is None else c.astype(ctype)[:, None] for c in cots)
+    kept_t = jnp.ones(local_t.shape, bool)
+    uncapped = opts._replace(soft_cap=None)
+    col = lambda v: v[:, None]  # noqa: E731
+    z = _final_logits(z_raw, opts, cfg.temperature)
+    # One exp per entry, e = e^(z - M), shared by every term: q = e / S; the plain CE's
+    # gradient (-d log p_y / dz) is q with the target entry -S_others / S (never q_t - 1);
+    # d lse / dz = q; dH / dz = p (g - A) with p = e_H / hi, e_H = e^(z - M_H) = e e^(M -
+    # M_H), the factor an exact 1 where the two maxima agree (they differ only where a
+    # chunk is all -inf and the row max is below 0).
+    e = jnp.exp(z - col(terms.z_max))
+    q = e * col(terms.inv_s)  # chunk_grad's q, the same expression: shared under jit
+    iota = jax.lax.broadcasted_iota(local_t.dtype, z.shape, z.ndim - 1)
+    is_t = iota == col(local_t)
+    plain = jnp.where(is_t, col(-terms.s_others * terms.inv_s), q)
+    g = []
+    if uncapped.plain and c_loss is not None:
+        g.append(plain * (c_loss if c_lp is None else c_loss - c_lp))
+    else:
+        if c_loss is not None:  # the loss's own gradient with its options
+            g.append(chunk_grad(z, local_t, None, kept_t, terms, uncapped) * c_loss)
+        if c_lp is not None:
+            g.append(-plain * c_lp)
+    if c_h is not None:
+        zero = jnp.zeros((), ctype)
+        gap = _gaps(z, col(h_terms.top), z is z_raw)
+        if z is z_raw:
+            e_h = e * col(jnp.exp(terms.z_max - h_terms.top))
+        else:  # an exact 1 at the max (`_gaps`)
+            e_h = jnp.exp(-gap)
+        gap = jnp.minimum(gap, jnp.asarray(jnp.finfo(ctype).max, ctype))
+        dh = jnp.where(e_h > 0, e_h / col(h_terms.hi) * (gap - col(h_terms.mean_gap)), zero)
+        g.append(dh * c_h)
+    if c_lse is not None:
+        g.append(q * c_lse)
+    g = functools.reduce(jnp.add, g) if g else jnp.zeros(z.shape, ctype)
+    slope = cap_slope(z_raw, opts)
+    if slope is not None:
+        g = g * slope
+    if cfg.temperature != 1.0:
+        g = g * (1 / jnp.asarray(cfg.temperature, ctype))
+    return g
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
@@ -689,48 +786,118 @@ def _linear_aux_fwd(hidden, weight, bias, labels, opts, cfg):
 
 def _linear_aux_bwd(opts, cfg, residuals, cotangents):
     hidden, weight, bias, labels, terms, h_terms = residuals
-    ctype = np.dtype(cfg.ctype)
-    c_loss, c_lp, c_h, c_lse = (c.astype(ctype)[:, None] for c in cotangents[:4])
-    kept_t = jnp.ones(labels.shape, bool)
-    uncapped = opts._replace(soft_cap=None)
-    col = lambda v: v[:, None]  # noqa: E731
-    inv_t = None if cfg.temperature == 1.0 else 1 / jnp.asarray(cfg.temperature, ctype)
 
     def grad_of(z_raw, local_t):
-        z = _final_logits(z_raw, opts, cfg.temperature)
-        # One exp per entry, e = e^(z - M), shared by every term: q = e / S; the plain CE's
-        # gradient (-d log p_y / dz) is q with the target entry -S_others / S (never
-        # q_t - 1); d lse / dz = q; dH / dz = p (g - A) with p = e_H / hi, e_H = e^(z - M_H)
-        # = e e^(M - M_H), the factor an exact 1 where the two maxima agree (they differ
-        # only where a chunk is all -inf and the row max is below 0).
-        e = jnp.exp(z - col(terms.z_max))
-        q = e * col(terms.inv_s)  # chunk_grad's q, the same expression: shared under jit
-        iota = jax.lax.broadcasted_iota(local_t.dtype, z.shape, z.ndim - 1)
-        is_t = iota == col(local_t)
-        plain = jnp.where(is_t, col(-terms.s_others * terms.inv_s), q)
-        if uncapped.plain:
-            g = plain * (c_loss - c_lp)
-        else:  # the loss's own gradient with its options
-            g = chunk_grad(z, local_t, None, kept_t, terms, uncapped) * c_loss - plain * c_lp
-        zero = jnp.zeros((), ctype)
-        gap = _gaps(z, col(h_terms.top), z is z_raw)
-        if z is z_raw:
-            e_h = e * col(jnp.exp(terms.z_max - h_terms.top))
-        else:  # an exact 1 at the max (`_gaps`)
-            e_h = jnp.exp(-gap)
-        gap = jnp.minimum(gap, jnp.asarray(jnp.finfo(ctype).max, ctype))
-        dh = jnp.where(e_h > 0, e_h / col(h_terms.hi) * (gap - col(h_terms.mean_gap)), zero)
-        g = g + dh * c_h + q * c_lse
-        slope = cap_slope(z_raw, opts)
-        if slope is not None:
-            g = g * slope
-        return g if inv_t is None else g * inv_t
+        return _aux_grad(z_raw, local_t, terms, h_terms, opts, cfg, cotangents[:4])
 
     inputs = (hidden, weight, bias, labels)
+    ctype = np.dtype(cfg.ctype)
     return head_backward(inputs, cfg.chunk, grad_of, ctype, (*cotangents[:4], *terms, *h_terms))
 
 
 _linear_aux.defvjp(_linear_aux_fwd, _linear_aux_bwd)
+
+
+# The fused path with the per-token outputs (`sum` / `mean` with `return_aux`): the fused
+# path's blocks of rows, each block's statistics taken with the outputs' (`_aux_stats`),
+# the reduced loss's gradients computed in the forward pass as `_linear_reduced_fwd` does.
+# The outputs' gradients cannot be: their cotangents are per row and known only in the
+# backward pass. So the custom_vjp takes symbolic zeros: where log_prob, entropy and lse get
+# no cotangent (a trainer that logs them, or reads the argmax), the backward only scales the
+# forward's gradients, three matmuls in all; where one of them does (a policy-gradient loss
+# through log_prob), the backward recomputes each chunk for every output's cotangent, the
+# loss's included (`_linear_aux_bwd`'s path, four matmuls), and XLA drops the forward's now
+# unread gradient work (measured: the dot count of that program, tests/numerics).
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def _linear_aux_reduced(hidden, weight, bias, labels, keep, valid, opts, cfg, reduction):
+    """(reduced loss, log_prob, entropy, lse, argmax): the loss a scalar, the rest per row,
+    in the compute dtype (argmax int32)."""
+    (loss, *aux), _ = _aux_forward(hidden, weight, bias, labels, opts, cfg)
+    return (_reduce(_masked(loss, keep, valid), keep, reduction, None), *aux)
+
+
+def _linear_aux_reduced_fwd(hidden, weight, bias, labels, keep, valid, opts, cfg, reduction):
+    hidden, weight, bias, labels, keep, valid = (
+        None if x is None else x.value for x in (hidden, weight, bias, labels, keep, valid)
+    )
+    ctype = np.dtype(cfg.ctype)
+    n, d = hidden.shape
+    rows = block_rows(n, weight.shape[1], cfg.chunk, d)
+    full, rest = divmod(n, rows)
+    cot = _row_cotangents(labels, keep, valid, reduction, ctype, None)
+    low = np.dtype(hidden.dtype) != ctype
+    w_t = jax.lax.optimization_barrier(weight.T) if low else None  # `_linear_reduced_fwd`
+
+    def one(h_b, t_b, c_b):
+        z_raw = _logits(h_b, weight, bias)
+
+        def slice_stats(z_c, t_r, start, size):
+            return _aux_stats(z_c, t_r, start, opts, cfg)
+
+        out, (terms, h_terms) = _aux_finish(*_row_sliced(slice_stats, z_raw, t_b, cfg.chunk), opts)
+        g = _aux_grad(z_raw, t_b, terms, h_terms, opts, cfg, (c_b, None, None, None))
+        g = g.astype(hidden.dtype)  # rounded once, as the recompute path's
+        db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
+        return out, (terms, h_terms), head_dot(g, w_t if low else weight.T), g, db
+
+    def step(carry, x):
+        d_weight, d_bias = carry
+        out, row_terms, dh, g, db = one(*x)
+        d_bias = None if bias is None else d_bias + db
+        return (_add_weight_grad(d_weight, x[0], g, cfg.chunk), d_bias), (out, row_terms, dh)
+
+    carry = (jnp.zeros(weight.shape, ctype), None if bias is None else jnp.zeros(bias.shape, ctype))
+    parts = []
+    if full:
+        split = lambda x: x[: full * rows].reshape(full, rows, *x.shape[1:])  # noqa: E731
+        carry, stacked = jax.lax.scan(step, carry, (split(hidden), split(labels), split(cot)))
+        parts.append(jax.tree.map(lambda v: v.reshape(-1, *v.shape[2:]), stacked))
+    if rest:
+        carry, last = step(
+            carry, (hidden[full * rows :], labels[full * rows :], cot[full * rows :])
+        )
+        parts.append(last)
+    join = lambda *v: v[0] if len(v) == 1 else jnp.concatenate(v)  # noqa: E731
+    (loss, *aux), row_terms, d_hidden = jax.tree.map(join, *parts)
+    d_weight, d_bias = carry
+    total = _reduce(_masked(loss, keep, valid), keep, reduction, None)
+    fused = (d_hidden, d_weight, d_bias)
+    residuals = (hidden, weight, bias, labels, keep, valid, row_terms, cot, fused)
+    return (total, *aux), residuals
+
+
+def _linear_aux_reduced_bwd(opts, cfg, reduction, residuals, cotangents):
+    hidden, weight, bias, labels, keep, valid, (terms, h_terms), cot, fused = residuals
+    c_total, c_lp, c_h, c_lse, _ = (
+        None if isinstance(c, jax.custom_derivatives.SymbolicZero) else c for c in cotangents
+    )
+    no_grads = (
+        np.zeros(labels.shape, jax.dtypes.float0),
+        None if keep is None else np.zeros(keep.shape, jax.dtypes.float0),
+        np.zeros(valid.shape, jax.dtypes.float0),
+    )
+    if c_lp is None and c_h is None and c_lse is None:
+        if c_total is None:
+            return (None, None, None, *no_grads)
+        c = c_total.astype(fused[0].dtype)
+        grads = (
+            None if g is None else (g * c).astype(p.dtype)
+            for g, p in zip(fused, (hidden, weight, bias), strict=True)
+        )
+        return (*grads, *no_grads)
+    c_loss = None if c_total is None else cot * c_total.astype(cot.dtype)
+
+    def grad_of(z_raw, local_t):
+        return _aux_grad(z_raw, local_t, terms, h_terms, opts, cfg, (c_loss, c_lp, c_h, c_lse))
+
+    inputs = (hidden, weight, bias, labels)
+    grads = head_backward(inputs, cfg.chunk, grad_of, np.dtype(cfg.ctype), ())[:3]
+    return (*grads, *no_grads)
+
+
+_linear_aux_reduced.defvjp(_linear_aux_reduced_fwd, _linear_aux_reduced_bwd, symbolic_zeros=True)
 
 
 # The vocabulary over devices (`vocab_axis`): the same statistics per shard, combined across
@@ -826,10 +993,20 @@ def _validate_linear(
         ignored = labels != ignore_index
         kept = ignored if kept is None else kept & ignored
     num_classes = weight.shape[1] if num_classes is None else num_classes
-    if not isinstance(labels, jax.core.Tracer) and labels.size:
+    # Concrete labels are checked on the host, the positions left out by `ignore_index` and
+    # by a concrete `where` skipped (under jit the comparison above is traced even for
+    # concrete labels); with a traced `where` no position is known to be kept, so none is
+    # checked (an invalid label under jit gives NaN, below).
+    if (
+        not isinstance(labels, jax.core.Tracer)
+        and labels.size
+        and not (where is not None and isinstance(where, jax.core.Tracer))
+    ):
         host = np.asarray(labels)
-        if kept is not None and not isinstance(kept, jax.core.Tracer):
-            host = host[np.asarray(kept)]
+        keep_host = np.ones(host.shape, bool) if where is None else np.asarray(where)
+        if ignore_index is not None:
+            keep_host = keep_host & (host != ignore_index)
+        host = host[keep_host]
         if host.size and (host.min() < 0 or host.max() >= num_classes):
             raise ValueError(
                 f"labels must lie in [0, {num_classes}) (outside where / ignore_index); got "
@@ -1117,17 +1294,25 @@ def _general(hidden, weight, bias, labels, kept, opts, reduction, return_aux, cf
         if keep is not None:
             t = jnp.where(keep, t, 0)
         valid = (t >= 0) & (t < num_classes)
-        loss, log_prob, ent, lse, argmax = _linear_aux(
-            h, weight, bias, jnp.where(valid, t, 0), opts, cfg
-        )
+        t = jnp.where(valid, t, 0)
+        if reduction != "none" and fused_dtype(hidden.dtype) and ctype == compute_dtype(h.dtype):
+            # A scalar loss: its gradients computed in the forward pass, as `_linear_reduced`.
+            total, log_prob, ent, lse, argmax = _linear_aux_reduced(
+                h, weight, bias, t, keep, valid, opts, cfg, reduction
+            )
+            loss = None
+        else:
+            loss, log_prob, ent, lse, argmax = _linear_aux(h, weight, bias, t, opts, cfg)
         nan = jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
-        loss, log_prob = loss * nan, log_prob * nan
+        loss = None if loss is None else loss * nan
+        log_prob = log_prob * nan
         if keep is not None:
             zero = jnp.zeros((), ctype)
-            loss, log_prob, ent, lse = (
-                jnp.where(keep, x, zero) for x in (loss, log_prob, ent, lse)
-            )
-    if reduction == "none":
+            log_prob, ent, lse = (jnp.where(keep, x, zero) for x in (log_prob, ent, lse))
+            loss = None if loss is None else jnp.where(keep, loss, zero)
+    if loss is None:
+        out = total.astype(hidden.dtype)
+    elif reduction == "none":
         out = loss.reshape(shape).astype(hidden.dtype)
     else:
         out = _reduce(loss, keep, reduction, None).astype(hidden.dtype)
