@@ -807,7 +807,7 @@ _linear_aux.defvjp(_linear_aux_fwd, _linear_aux_bwd)
 # forward's gradients, three matmuls in all; where one of them does (a policy-gradient loss
 # through log_prob), the backward recomputes each chunk for every output's cotangent, the
 # loss's included (`_linear_aux_bwd`'s path, four matmuls), and XLA drops the forward's now
-# unread gradient work (measured: the dot count of that program, tests/numerics).
+# unread gradient work (its compiled program holds 4 dots: tests/numerics/test_linear_aux.py).
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
@@ -1055,8 +1055,8 @@ def linear_cross_entropy(
     chunk's residuals, an (N, V) array in all: the memory this function exists to save.
 
     `sum` and `mean` of float32, float64 or bfloat16 inputs (bfloat16 where its dots run
-    native, `numerics.linear_operand_dtype`; without `vocab_axis`, `return_aux`, a
-    temperature or an `accumulation_dtype`) take the fused path instead: the loss is a
+    native, `numerics.linear_operand_dtype`; without `vocab_axis` or an `accumulation_dtype`
+    wider than the compute dtype) take the fused path instead: the loss is a
     scalar, so its cotangent is one number, and the reverse pass's forward computes the
     gradients of the reduced loss beside it, rows in blocks of R (N chunk_size / V, at
     least min(512, D); each block's (R, V) logits once, the same chunk statistics, g,
@@ -1065,7 +1065,11 @@ def linear_cross_entropy(
     test_linear_cross_entropy.py), memory O(N D + D V + N chunk_size). The plain call
     computes no gradient (custom_vjp runs that forward only under AD). `none` (a
     cotangent per row, also when a scalar is taken of its losses afterwards) and float16
-    inputs keep the recompute path.
+    inputs keep the recompute path. With `return_aux` the outputs' statistics are taken in
+    the same blocks; where `log_prob`, `entropy` or `lse` get a cotangent (a policy
+    gradient through them) the backward recomputes each chunk for every output and the
+    loss (four matmuls), the forward's unread gradients never computed; where none does
+    (outputs logged), three.
 
     Precision: logits are accumulated in float32 for bf16, fp16 and fp32 inputs
     (`preferred_element_type`, matmul precision pinned to HIGHEST, so no TF32 or bf16

@@ -133,7 +133,8 @@ def _identity_call(z, labels, chunk, **kw):
 
 
 def _identity_calls(z, labels, chunks, **kw):
-    """`_identity_call` at each chunk size of `chunks`, all in one jitted program."""
+    """`_identity_call` at each chunk size of `chunks`, all in one jitted program (`kw` to
+    linear_cross_entropy: reduction "sum" gives the fused path, its loss a scalar)."""
     z = np.asarray(z)
     dtype = z.dtype
     with jax.enable_x64(dtype == np.float64):
@@ -195,8 +196,8 @@ def exact_outputs(z, labels):
 
 
 def check_aux(z, labels, dtype, chunk, out=None, **kw):
-    """Hold every output of the identity call to its bound; returns the outputs."""
-    loss, aux, lp_grad, h_grad = out if out is not None else _identity_call(z, labels, chunk)
+    """Hold every output of the identity call (`kw` to it) to its bound; returns them."""
+    loss, aux, lp_grad, h_grad = out if out is not None else _identity_call(z, labels, chunk, **kw)
     for key in ("log_prob", "entropy", "lse", "z_loss"):
         assert aux[key].dtype == dtype, key
     assert aux["argmax"].dtype == np.int32
@@ -212,8 +213,23 @@ def check_aux(z, labels, dtype, chunk, out=None, **kw):
     bound = lse_bound(z, dtype, exact_lse, chunk)
     testing.assert_ulp_close(aux["lse"], exact_lse, bound, dtype, err_msg="lse")
     np.testing.assert_array_equal(aux["argmax"], np.argmax(z.astype(np.float64), -1))
-    # The loss without options is -log_prob, the same rounded number.
-    np.testing.assert_array_equal(np.asarray(loss, np.float64), -aux["log_prob"].astype(np.float64))
+    if kw.get("reduction", "none") == "none":
+        # The loss without options is -log_prob, the same rounded number.
+        np.testing.assert_array_equal(
+            np.asarray(loss, np.float64), -aux["log_prob"].astype(np.float64)
+        )
+    else:
+        # sum: each row's loss is -log_prob in the compute dtype (within its bound `v`, in
+        # ulps of the dtype), N of them summed there ((N - 1) u of the sum of their
+        # magnitudes, recursive summation's bound, any order), rounded once to the dtype.
+        assert loss.shape == () and loss.dtype == dtype
+        exact = np.array([float(x) for x in exact_lp])
+        rows = float(np.sum(v * oracle.ulp(np.abs(exact), dtype)))
+        bound = rows + (exact.size - 1) * _u(dtype) * np.sum(np.abs(exact))
+        bound += float(_half(dtype)) * float(oracle.ulp(abs(exact.sum()), dtype))
+        with mpmath.workprec(oracle.PRECISION_BITS):
+            err = abs(mpmath.mpf(float(loss)) + mpmath.fsum(exact_lp))
+        assert float(err) <= bound, (float(err), bound)
     np.testing.assert_array_equal(aux["z_loss"], np.zeros_like(aux["z_loss"]))
     return loss, aux, lp_grad, h_grad
 
@@ -227,6 +243,50 @@ def test_every_output_against_mpmath(dtype):
     # offset, tiny scales, -inf entries as -30000), chunks of 96: 11 chunks, the last partial.
     z, labels = _hard(np.dtype(dtype))
     check_aux(z, labels, np.dtype(dtype), 96)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32, pytest.param(F64, marks=pytest.mark.slow)], ids=str)
+def test_every_output_against_mpmath_on_the_fused_path(dtype, monkeypatch):
+    # reduction "sum" (bf16 where its dots run native, fp32, fp64): the fused path, its rows
+    # in blocks of 16 and its statistics 4 rows at a time (so both split the hard rows), the
+    # outputs from the block's statistics, d log_prob and d entropy through the backward's
+    # recomputation (their cotangents are nonzero). Every output to the same bounds; the
+    # summed loss to its rows' bounds plus the sum's roundings (`check_aux`).
+    from numerics import _linear
+
+    if not _linear.fused_dtype(dtype):
+        pytest.skip("bfloat16 dots converted to float32 here: the recompute path")
+    monkeypatch.setattr(_linear, "MIN_BLOCK_ROWS", 16)
+    monkeypatch.setattr(_linear, "SLICE_BYTES", 4 * 4 * 96)
+    z, labels = _hard(np.dtype(dtype))
+    assert _linear.block_rows(z.shape[0], z.shape[1], 96, z.shape[1]) == 16 < z.shape[0]
+    check_aux(z, labels, np.dtype(dtype), 96, reduction="sum")
+
+
+@pytest.mark.parametrize(("objective", "count"), [("logged", 3), ("policy", 4), ("per_row", 4)])
+def test_the_outputs_add_no_matmul_unless_differentiated(objective, count):
+    # return_aux with reduction "mean" (float32): the fused path. Outputs only logged (no
+    # cotangent): the loss's gradients in the forward pass, 3 dots (logits, d hidden,
+    # d weight). A policy-gradient objective through log_prob and entropy: the backward
+    # recomputes each chunk, and the compiled program holds no dot of the forward's unread
+    # gradients: 4 (forward logits, backward logits, d hidden, d weight), as reduction
+    # "none" (the recompute path). Counted in XLA's optimized program (one chunk would let
+    # XLA merge the forward's and the backward's logits: 4 chunks).
+    t = jnp.array([0, 1, 2, 3])
+    reduction = "none" if objective == "per_row" else "mean"
+
+    def f(h, w):
+        loss, aux = numerics.linear_cross_entropy(
+            h, w, t, reduction=reduction, chunk_size=4, return_aux=True
+        )
+        if objective == "policy":
+            return jnp.mean(loss) - jnp.mean(aux["log_prob"]) - 1e-3 * jnp.mean(aux["entropy"])
+        return jnp.mean(loss), aux
+
+    grad = jax.value_and_grad(f, (0, 1), has_aux=objective != "policy")
+    args = (jnp.ones((4, 8), jnp.float32), jnp.ones((8, 16), jnp.float32))  # 4 chunks
+    text = jax.jit(grad).lower(*args).compile().as_text()
+    assert len(re.findall(r"= \S+ dot\(", text)) == count
 
 
 @pytest.mark.parametrize("dtype", BF16_FAST, ids=str)

@@ -60,20 +60,22 @@ def _case(dtype, n, d, v, seed):
     return hidden, weight
 
 
-def _both(dtype, hidden, weight, labels, chunk, opts, reduction="none"):
+def _both(dtype, hidden, weight, labels, chunk, opts, reduction="none", aux=False):
     """((loss, d hidden, d weight) chunked, (loss, d hidden, d weight) materialized);
-    `reduction` the chunked loss's ("sum": the fused path, its cotangent 1)."""
-    return _both_many(dtype, [(hidden, weight, labels, chunk)], opts, reduction)[0]
+    `reduction` the chunked loss's ("sum": the fused path, its cotangent 1); `aux`: called
+    with `return_aux=True`, its outputs unused (no cotangent)."""
+    return _both_many(dtype, [(hidden, weight, labels, chunk)], opts, reduction, aux)[0]
 
 
-def _both_many(dtype, cases, opts, reduction="none"):
+def _both_many(dtype, cases, opts, reduction="none", aux=False):
     """`_both` on each (hidden, weight, labels, chunk) of `cases`, in one jitted program."""
 
     def one(h, w, labels, chunk):
         def chunked(h, w):
-            return numerics.linear_cross_entropy(
-                h, w, labels, chunk_size=chunk, reduction=reduction, **opts
+            out = numerics.linear_cross_entropy(
+                h, w, labels, chunk_size=chunk, reduction=reduction, return_aux=aux, **opts
             )
+            return out[0] if aux else out
 
         def materialized(h, w):
             logits = jnp.dot(h, w, preferred_element_type=jnp.float64 if dtype == F64 else F32)
@@ -142,12 +144,14 @@ def _layout_inputs(dtype, v, chunk, seed=0):
     return hidden, weight, labels
 
 
-def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None, fused=False):
+def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None, fused=False, aux=False):
     """Both paths on one layout (N = 8, D = 16): ((loss, d hidden, d weight) chunked, the
     materialized loss, [(what, ulps, limit)] for each gradient comparison), all NumPy.
     `fused`: also the fused path (reduction "sum", gradients in the forward pass, rows in
     blocks), held to the chunked path's bounds against mpmath, and to `between` against
     the chunked (recompute) path; the loss and gradients returned are then the fused.
+    `aux`: the fused path called with `return_aux=True` (its statistics taken with the
+    per-token outputs'), the same bounds.
 
     The error model (issue 43's ruling). An entry g_nj = dL/dz_nj is a sum of up to three
     terms, q_j (1 + 2 w lse) and -alpha / V off the target, -S_others / S, 2 w lse q_t and
@@ -190,7 +194,8 @@ def _across_chunk_boundaries(dtype, opts, v, chunk, seed=0, out=None, fused=Fals
         (loss, dh, dw), (loss_m, dh_m, dw_m) = jax.tree.map(np.asarray, out)
         if fused:
             (loss, dh_f, dw_f), _ = jax.tree.map(
-                np.asarray, _both(dtype, hidden, weight, jnp.asarray(labels), chunk, opts, "sum")
+                np.asarray,
+                _both(dtype, hidden, weight, jnp.asarray(labels), chunk, opts, "sum", aux),
             )
     h64, w64 = hidden.astype(np.float64), weight.astype(np.float64)
     logits = h64 @ w64  # exact
@@ -257,39 +262,45 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
         _assert_within(checks, where)
 
 
+FUSED_FAST = {(F32, "plain", False), (F64, "all", False), (BF16, "plain", False)}
+FUSED_FAST |= {(BF16, "plain", True), (F64, "all", True)}
+
+
 @pytest.mark.parametrize(
-    ("dtype", "opts"),
+    ("dtype", "opts", "aux"),
     [  # float16 takes the recompute path (`numerics._linear.fused_dtype`)
         pytest.param(
             dtype,
             opts,
-            marks=()
-            if (dtype, name) in {(F32, "plain"), (F64, "all"), (BF16, "plain")}
-            else pytest.mark.slow,
-            id=f"{np.dtype(dtype).name}-{name}",
+            aux,
+            marks=() if (dtype, name, aux) in FUSED_FAST else pytest.mark.slow,
+            id=f"{np.dtype(dtype).name}-{name}{'-aux' if aux else ''}",
         )
+        for aux in (False, True)
         for dtype in (F32, F64, BF16)
         for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
     ],
 )
-def test_fused_gradients_have_the_chunked_error_model(dtype, opts, monkeypatch):
+def test_fused_gradients_have_the_chunked_error_model(dtype, opts, aux, monkeypatch):
     # reduction "sum" (and "mean") of float32 / float64 inputs, and of bfloat16 where its
     # dots run native: the gradients are computed in the forward pass, the rows in blocks of
     # R = N chunk / V (the least block size lowered to 1 so that these small layouts split:
-    # V = 37, chunk 8: blocks of 1 row; chunk 16: blocks of 3, 2 rows left over). Held to the
-    # chunked path's error model against mpmath and to `between` against the recompute path
-    # (`_across_chunk_boundaries`).
+    # V = 37, chunk 8: blocks of 1 row; chunk 16: blocks of 3, 2 rows left over), each
+    # block's statistics a row at a time (`SLICE_BYTES` lowered). Held to the chunked path's
+    # error model against mpmath and to `between` against the recompute path
+    # (`_across_chunk_boundaries`); `aux`: with return_aux=True, its outputs unused.
     from numerics import _linear
 
     if not _linear.fused_dtype(dtype):
         assert dtype == BF16 and numerics.linear_operand_dtype(dtype) == F32
         pytest.skip("bfloat16 dots converted to float32 here: the recompute path")
     monkeypatch.setattr(_linear, "MIN_BLOCK_ROWS", 1)
+    monkeypatch.setattr(_linear, "SLICE_BYTES", 1)
     dtype = np.dtype(dtype)
     value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
     for v, chunk in [*LAYOUTS, (37, 16)]:
         (total, dh, dw), loss_m, checks = _across_chunk_boundaries(
-            dtype, opts, v, chunk, fused=True
+            dtype, opts, v, chunk, fused=True, aux=aux
         )
         assert total.dtype == dh.dtype == dw.dtype == dtype and total.shape == ()
         where = f"V={v} chunk={chunk}"
@@ -406,6 +417,36 @@ def test_the_plain_forward_computes_no_gradient(reduction):
     assert compiled.count("dot_general") == 1
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8])
+def test_row_slices_cover_every_row_and_chunk_once(rows, monkeypatch):
+    # The fused path takes a block's statistics `rows` rows x C columns at a time
+    # (`SLICE_BYTES` = rows C float32), the last slice shorter where rows do not divide R
+    # (R 7: slices of 1; 2 + a rest of 1; 3 + 1; one slice at 7 and 8): every statistic's
+    # (chunks, R) array must be `_stacked`'s over the whole block. Integer-valued logits, so
+    # every max, sum and pick is exact in any order.
+    from numerics import _linear
+
+    chunk = 4
+    monkeypatch.setattr(_linear, "SLICE_BYTES", 4 * chunk * rows)
+    rng = np.random.default_rng(rows)
+    z = jnp.asarray(rng.integers(-50, 50, (7, 10)).astype(F32))  # 2 full chunks and 2 columns
+    labels = jnp.asarray(rng.integers(0, 10, 7).astype(np.int32))
+
+    def one(z_c, t, start, size):
+        local = t - start
+        picked = jnp.take_along_axis(z_c, jnp.clip(local, 0, size - 1)[:, None], -1)[:, 0]
+        inside = (local >= 0) & (local < size)
+        return jnp.max(z_c, -1), jnp.sum(z_c, -1), jnp.where(inside, picked, -jnp.inf)
+
+    got = jax.jit(lambda z, t: _linear._row_sliced(one, z, t, chunk))(z, labels)
+    want = _linear._stacked(
+        lambda z_c, start, size: one(z_c, labels, start, size), z, chunk, jnp.int32
+    )
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == (3, 7)
+        np.testing.assert_array_equal(g, w)
+
+
 def test_a_scalar_of_per_row_losses_keeps_per_row_cotangents():
     # Only reduction "sum" / "mean" takes the fused path (one cotangent for the loss): a
     # scalar function of reduction "none"'s losses differentiates with a cotangent per row
@@ -481,6 +522,26 @@ def test_traced_out_of_range_labels_give_nan():
         hidden, labels
     )
     assert np.all(np.isfinite(dh[0])) and np.all(np.isnan(dh[1]))
+
+
+def test_concrete_labels_validate_under_jit_past_ignore_index():
+    # Labels closed over a jitted function are concrete, but `labels != ignore_index` is
+    # traced there: the host check skips ignored positions itself (it had raised on them),
+    # still raises for a kept label out of range, and checks nothing under a traced `where`.
+    hidden, weight = jnp.ones((3, 2)), jnp.ones((2, 4))
+    labels = jnp.array([1, -100, 3])
+
+    def loss(h, where=None):
+        return numerics.linear_cross_entropy(h, weight, labels, ignore_index=-100, where=where)
+
+    got = jax.jit(loss)(hidden)
+    np.testing.assert_array_equal(got, loss(hidden))
+    assert got[1] == 0 and np.all(np.isfinite(got))
+    bad = jnp.array([1, 5, 3])
+    with pytest.raises(ValueError, match="labels must lie in"):
+        jax.jit(lambda h: numerics.linear_cross_entropy(h, weight, bad, ignore_index=-100))(hidden)
+    where = jnp.array([True, False, True])
+    np.testing.assert_array_equal(jax.jit(loss)(hidden, where), loss(hidden, where))
 
 
 def test_forward_mode_raises():
