@@ -479,13 +479,56 @@ def _add_weight_grad(d_weight, h_b, g, chunk):
     return d_weight
 
 
-def _linear_reduced_fwd(
-    hidden, weight, bias, labels, keep, valid, opts, chunk, reduction, batch_axis
-):
+def _fused_blocks(hidden, weight, bias, labels, cot, chunk, block, vary=lambda x: x):
+    """The fused path's loop over blocks of rows (`block_rows`): `block(z, t_b, c_b)` takes
+    a block's logits z (R, V) in the compute dtype, its labels and its rows' cotangents and
+    returns (per-row outputs, g = the cotangents times dL/dz); g rounds once to the inputs'
+    dtype, as the recompute path's does, and gives the block's d hidden (g W^T), d bias and
+    its d weight added chunk by chunk to the (D, V) accumulator. Returns (the outputs of
+    every row, (d hidden, d weight, d bias)), the gradients in the compute dtype. `vary`:
+    the accumulators' zeros made to vary over shard_map's axes (`_linear_reduced_fwd`)."""
     ctype = compute_dtype(hidden.dtype)
     n, d = hidden.shape
     rows = block_rows(n, weight.shape[1], chunk, d)
     full, rest = divmod(n, rows)
+    # 16-bit: d hidden's right operand W^T laid out once, in the inputs' dtype. Folded into
+    # each block's dot, XLA CPU held a float32 copy of the whole weight for it: N 4,096,
+    # D 512, V 128k, bf16, this project's AMD EPYC, idle, medians of 3, 786 -> 657 MiB of
+    # temporary memory and 0.62x -> 0.49x optax's time (docs/studies/cross-entropy-speed.md).
+    # (float32 and float64 fold it: a copy passed into the loop would be a second weight.)
+    low = np.dtype(hidden.dtype) != np.dtype(ctype)
+    w_t = jax.lax.optimization_barrier(weight.T) if low else None
+
+    def step(carry, x):
+        d_weight, d_bias = carry
+        h_b, t_b, c_b = x
+        out, g = block(_logits(h_b, weight, bias), t_b, c_b)
+        g = g.astype(hidden.dtype)
+        if bias is not None:
+            d_bias = d_bias + jnp.sum(g.astype(ctype), axis=0)
+        d_weight = _add_weight_grad(d_weight, h_b, g, chunk)
+        return (d_weight, d_bias), (out, head_dot(g, w_t if low else weight.T))
+
+    d_bias = None if bias is None else vary(jnp.zeros(bias.shape, ctype))
+    carry = (vary(jnp.zeros(weight.shape, ctype)), d_bias)
+    parts = []
+    if full:
+        split = lambda x: x[: full * rows].reshape(full, rows, *x.shape[1:])  # noqa: E731
+        carry, stacked = jax.lax.scan(step, carry, (split(hidden), split(labels), split(cot)))
+        parts.append(jax.tree.map(lambda v: v.reshape(-1, *v.shape[2:]), stacked))
+    if rest:
+        tail = (hidden[full * rows :], labels[full * rows :], cot[full * rows :])
+        carry, last = step(carry, tail)
+        parts.append(last)
+    join = lambda *v: v[0] if len(v) == 1 else jnp.concatenate(v)  # noqa: E731
+    out, d_hidden = jax.tree.map(join, *parts)
+    return out, (d_hidden, *carry)
+
+
+def _linear_reduced_fwd(
+    hidden, weight, bias, labels, keep, valid, opts, chunk, reduction, batch_axis
+):
+    ctype = compute_dtype(hidden.dtype)
     cot = _row_cotangents(labels, keep, valid, reduction, ctype, batch_axis)
     axes = frozenset().union(
         *(_varying(x) for x in (hidden, weight, labels, cot)),
@@ -496,48 +539,14 @@ def _linear_reduced_fwd(
         missing = None if x is None else tuple(sorted(axes - _varying(x)))
         return jax.lax.pcast(x, missing, to="varying") if missing else x
 
-    # 16-bit: d hidden's right operand W^T laid out once, in the inputs' dtype. Folded into
-    # each block's dot, XLA CPU held a float32 copy of the whole weight for it: N 4,096,
-    # D 512, V 128k, bf16, this project's AMD EPYC, idle, medians of 3, 786 -> 657 MiB of
-    # temporary memory and 0.62x -> 0.49x optax's time (docs/studies/cross-entropy-speed.md).
-    # (float32 and float64 fold it: a copy passed into the loop would be a second weight.)
-    low = np.dtype(hidden.dtype) != np.dtype(ctype)
-    w_t = jax.lax.optimization_barrier(weight.T) if low else None
-
-    def one(h_b, t_b, c_b):
-        z = _logits(h_b, weight, bias)
+    def block(z, t_b, c_b):
         kept_t = jnp.ones(t_b.shape, bool)
         loss, terms = finish(_row_stats(z, t_b, opts, chunk), kept_t, opts)
-        # g rounds once to the inputs' dtype, as the recompute path's does.
-        g = (chunk_grad(z, t_b, None, kept_t, terms, opts) * c_b[:, None]).astype(hidden.dtype)
-        db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
-        return loss, head_dot(g, w_t if low else weight.T), g, db
+        return loss, chunk_grad(z, t_b, None, kept_t, terms, opts) * c_b[:, None]
 
-    def step(carry, x):
-        d_weight, d_bias = carry
-        loss, dh, g, db = one(*x)
-        d_bias = None if bias is None else d_bias + db
-        return (_add_weight_grad(d_weight, x[0], g, chunk), d_bias), (loss, dh)
-
-    d_bias = None if bias is None else vary(jnp.zeros(bias.shape, ctype))
-    carry = (vary(jnp.zeros(weight.shape, ctype)), d_bias)
-    losses, d_hidden = [], []
-    if full:
-        split = lambda x: x[: full * rows].reshape(full, rows, *x.shape[1:])  # noqa: E731
-        carry, (loss, dh) = jax.lax.scan(step, carry, (split(hidden), split(labels), split(cot)))
-        losses.append(loss.reshape(-1))
-        d_hidden.append(dh.reshape(-1, d))
-    if rest:
-        carry, (loss, dh) = step(
-            carry, (hidden[full * rows :], labels[full * rows :], cot[full * rows :])
-        )
-        losses.append(loss)
-        d_hidden.append(dh)
-    d_weight, d_bias = carry
-    loss = jnp.concatenate(losses) if len(losses) > 1 else losses[0]
-    d_hidden = jnp.concatenate(d_hidden) if len(d_hidden) > 1 else d_hidden[0]
+    loss, grads = _fused_blocks(hidden, weight, bias, labels, cot, chunk, block, vary)
     out = _reduce(_masked(loss, keep, valid), keep, reduction, batch_axis)
-    return out, (hidden, weight, bias, labels, keep, valid, d_hidden, d_weight, d_bias)
+    return out, (hidden, weight, bias, labels, keep, valid, *grads)
 
 
 def _linear_reduced_bwd(opts, chunk, reduction, batch_axis, residuals, cotangent):
@@ -822,48 +831,20 @@ def _linear_aux_reduced_fwd(hidden, weight, bias, labels, keep, valid, opts, cfg
     hidden, weight, bias, labels, keep, valid = (
         None if x is None else x.value for x in (hidden, weight, bias, labels, keep, valid)
     )
-    ctype = np.dtype(cfg.ctype)
-    n, d = hidden.shape
-    rows = block_rows(n, weight.shape[1], cfg.chunk, d)
-    full, rest = divmod(n, rows)
-    cot = _row_cotangents(labels, keep, valid, reduction, ctype, None)
-    low = np.dtype(hidden.dtype) != ctype
-    w_t = jax.lax.optimization_barrier(weight.T) if low else None  # `_linear_reduced_fwd`
+    cot = _row_cotangents(labels, keep, valid, reduction, np.dtype(cfg.ctype), None)
 
-    def one(h_b, t_b, c_b):
-        z_raw = _logits(h_b, weight, bias)
+    def slice_stats(z_c, t_r, start, size):
+        return _aux_stats(z_c, t_r, start, opts, cfg)
 
-        def slice_stats(z_c, t_r, start, size):
-            return _aux_stats(z_c, t_r, start, opts, cfg)
+    def block(z_raw, t_b, c_b):
+        out, row_terms = _aux_finish(*_row_sliced(slice_stats, z_raw, t_b, cfg.chunk), opts)
+        g = _aux_grad(z_raw, t_b, *row_terms, opts, cfg, (c_b, None, None, None))
+        return (out, row_terms), g
 
-        out, (terms, h_terms) = _aux_finish(*_row_sliced(slice_stats, z_raw, t_b, cfg.chunk), opts)
-        g = _aux_grad(z_raw, t_b, terms, h_terms, opts, cfg, (c_b, None, None, None))
-        g = g.astype(hidden.dtype)  # rounded once, as the recompute path's
-        db = None if bias is None else jnp.sum(g.astype(ctype), axis=0)
-        return out, (terms, h_terms), head_dot(g, w_t if low else weight.T), g, db
-
-    def step(carry, x):
-        d_weight, d_bias = carry
-        out, row_terms, dh, g, db = one(*x)
-        d_bias = None if bias is None else d_bias + db
-        return (_add_weight_grad(d_weight, x[0], g, cfg.chunk), d_bias), (out, row_terms, dh)
-
-    carry = (jnp.zeros(weight.shape, ctype), None if bias is None else jnp.zeros(bias.shape, ctype))
-    parts = []
-    if full:
-        split = lambda x: x[: full * rows].reshape(full, rows, *x.shape[1:])  # noqa: E731
-        carry, stacked = jax.lax.scan(step, carry, (split(hidden), split(labels), split(cot)))
-        parts.append(jax.tree.map(lambda v: v.reshape(-1, *v.shape[2:]), stacked))
-    if rest:
-        carry, last = step(
-            carry, (hidden[full * rows :], labels[full * rows :], cot[full * rows :])
-        )
-        parts.append(last)
-    join = lambda *v: v[0] if len(v) == 1 else jnp.concatenate(v)  # noqa: E731
-    (loss, *aux), row_terms, d_hidden = jax.tree.map(join, *parts)
-    d_weight, d_bias = carry
+    ((loss, *aux), row_terms), fused = _fused_blocks(
+        hidden, weight, bias, labels, cot, cfg.chunk, block
+    )
     total = _reduce(_masked(loss, keep, valid), keep, reduction, None)
-    fused = (d_hidden, d_weight, d_bias)
     residuals = (hidden, weight, bias, labels, keep, valid, row_terms, cot, fused)
     return (total, *aux), residuals
 
