@@ -409,12 +409,12 @@ def _linear_reduced(hidden, weight, bias, labels, keep, valid, opts, chunk, redu
 
 SLICE_BYTES = 1 << 20
 """The fused path's statistics take a block's logits a slice of rows x C columns at a
-time, at most this many bytes of float32 (`_row_sliced`): 64 rows at C = 4,096."""
+time, at most this many bytes (`_row_sliced`): 64 rows of float32 at C = 4,096."""
 
 
 def _row_sliced(one, z, labels, chunk):
     """`one(z_slice, labels_slice, start, size)` over a block's (R, V) logits, a slice of
-    r rows (r C float32 at most `SLICE_BYTES`) and C = `chunk` columns at a time, stacked
+    r rows (r C entries at most `SLICE_BYTES`) and C = `chunk` columns at a time, stacked
     as `_stacked` stacks its chunks: (chunks, R) per statistic. XLA CPU hands each row
     reduction to a library call that fuses no exp and no select, so each slice's e^(z - m),
     its masked copy and its gaps are written out before they are summed; slices of the
@@ -423,7 +423,7 @@ def _row_sliced(one, z, labels, chunk):
     process, the per-token outputs' time over the plain loss's: bfloat16 V 32k 1.12x ->
     1.07x, V 128k 1.11x -> 1.08x, float32 V 32k 1.11x -> 1.06x; the plain loss itself
     0.98-1.01x (docs/studies/cross-entropy-speed.md)."""
-    rows = max(1, SLICE_BYTES // (4 * chunk))
+    rows = max(1, SLICE_BYTES // (z.dtype.itemsize * chunk))
     n = z.shape[0] // rows
     if n < 2:
         return _stacked(

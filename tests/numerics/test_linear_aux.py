@@ -248,10 +248,10 @@ def test_every_output_against_mpmath(dtype):
 @pytest.mark.parametrize("dtype", [BF16, F32, pytest.param(F64, marks=pytest.mark.slow)], ids=str)
 def test_every_output_against_mpmath_on_the_fused_path(dtype, monkeypatch):
     # reduction "sum" (bf16 where its dots run native, fp32, fp64): the fused path, its rows
-    # in blocks of 16 and its statistics 4 rows at a time (so both split the hard rows), the
-    # outputs from the block's statistics, d log_prob and d entropy through the backward's
-    # recomputation (their cotangents are nonzero). Every output to the same bounds; the
-    # summed loss to its rows' bounds plus the sum's roundings (`check_aux`).
+    # in blocks of 16 and its statistics 4 rows at a time (2 in float64), so both split the
+    # hard rows; the outputs from the block's statistics, d log_prob and d entropy through
+    # the backward's recomputation (their cotangents are nonzero). Every output to the same
+    # bounds; the summed loss to its rows' bounds plus the sum's roundings (`check_aux`).
     from numerics import _linear
 
     if not _linear.fused_dtype(dtype):

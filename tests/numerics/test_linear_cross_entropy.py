@@ -420,8 +420,8 @@ def test_the_plain_forward_computes_no_gradient(reduction):
 @pytest.mark.parametrize("rows", [1, 2, 3, 7, 8])
 def test_row_slices_cover_every_row_and_chunk_once(rows, monkeypatch):
     # The fused path takes a block's statistics `rows` rows x C columns at a time
-    # (`SLICE_BYTES` = rows C float32), the last slice shorter where rows do not divide R
-    # (R 7: slices of 1; 2 + a rest of 1; 3 + 1; one slice at 7 and 8): every statistic's
+    # (`SLICE_BYTES` = rows C float32 entries), the last slice shorter where rows do not
+    # divide R (R 7: slices of 1; 2 + a rest of 1; 3 + 1; one slice at 7 and 8): every statistic's
     # (chunks, R) array must be `_stacked`'s over the whole block. Integer-valued logits, so
     # every max, sum and pick is exact in any order.
     from numerics import _linear
