@@ -549,26 +549,29 @@ def _linear_reduced_fwd(
     return out, (hidden, weight, bias, labels, keep, valid, *grads)
 
 
-def _linear_reduced_bwd(opts, chunk, reduction, batch_axis, residuals, cotangent):
-    hidden, weight, bias, labels, keep, valid, d_hidden, d_weight, d_bias = residuals
-    c = cotangent.astype(d_hidden.dtype)
+def _scaled(grads, primals, cotangent):
+    """The fused path's gradients (d hidden, d weight, d bias; None for no bias) times the
+    loss's cotangent, each summed over the shard_map axes it varies over and its primal does
+    not, then rounded once to its primal's dtype."""
+    c = cotangent.astype(grads[0].dtype)
 
-    def scaled(grad, primal):
+    def one(grad, primal):
         grad = grad * c
         over = tuple(sorted(_varying(grad) - _varying(primal)))
         return (jax.lax.psum(grad, over) if over else grad).astype(primal.dtype)
 
-    zero_labels = np.zeros(labels.shape, jax.dtypes.float0)
-    no_keep = None if keep is None else np.zeros(keep.shape, jax.dtypes.float0)
-    no_valid = np.zeros(valid.shape, jax.dtypes.float0)
-    return (
-        scaled(d_hidden, hidden),
-        scaled(d_weight, weight),
-        None if bias is None else scaled(d_bias, bias),
-        zero_labels,
-        no_keep,
-        no_valid,
-    )
+    return tuple(None if g is None else one(g, p) for g, p in zip(grads, primals, strict=True))
+
+
+def _no_grads(labels, keep, valid):
+    """The zero (float0) cotangents of the fused rules' integer and boolean inputs."""
+    zero = lambda x: None if x is None else np.zeros(x.shape, jax.dtypes.float0)  # noqa: E731
+    return zero(labels), zero(keep), zero(valid)
+
+
+def _linear_reduced_bwd(opts, chunk, reduction, batch_axis, residuals, cotangent):
+    hidden, weight, bias, labels, keep, valid, *grads = residuals
+    return (*_scaled(grads, (hidden, weight, bias), cotangent), *_no_grads(labels, keep, valid))
 
 
 _linear_reduced.defvjp(_linear_reduced_fwd, _linear_reduced_bwd)
@@ -854,20 +857,11 @@ def _linear_aux_reduced_bwd(opts, cfg, reduction, residuals, cotangents):
     c_total, c_lp, c_h, c_lse, _ = (
         None if isinstance(c, jax.custom_derivatives.SymbolicZero) else c for c in cotangents
     )
-    no_grads = (
-        np.zeros(labels.shape, jax.dtypes.float0),
-        None if keep is None else np.zeros(keep.shape, jax.dtypes.float0),
-        np.zeros(valid.shape, jax.dtypes.float0),
-    )
+    no_grads = _no_grads(labels, keep, valid)
     if c_lp is None and c_h is None and c_lse is None:
         if c_total is None:
             return (None, None, None, *no_grads)
-        c = c_total.astype(fused[0].dtype)
-        grads = (
-            None if g is None else (g * c).astype(p.dtype)
-            for g, p in zip(fused, (hidden, weight, bias), strict=True)
-        )
-        return (*grads, *no_grads)
+        return (*_scaled(fused, (hidden, weight, bias), c_total), *no_grads)
     c_loss = None if c_total is None else cot * c_total.astype(cot.dtype)
 
     def grad_of(z_raw, local_t):
@@ -1271,6 +1265,7 @@ def _general(hidden, weight, bias, labels, kept, opts, reduction, return_aux, cf
     h = hidden.reshape(-1, hidden.shape[-1])
     t = labels.reshape(-1)
     keep = None if kept is None else kept.reshape(-1)
+    total = None  # the fused path's reduced loss
     if num_classes == 0 or t.size == 0:  # nothing to compute: NaN (no class) or empty
         fill = jnp.nan if num_classes == 0 else 0
         loss = log_prob = ent = lse = jnp.full(t.shape, fill, ctype)
@@ -1285,22 +1280,19 @@ def _general(hidden, weight, bias, labels, kept, opts, reduction, return_aux, cf
             total, log_prob, ent, lse, argmax = _linear_aux_reduced(
                 h, weight, bias, t, keep, valid, opts, cfg, reduction
             )
-            loss = None
         else:
             loss, log_prob, ent, lse, argmax = _linear_aux(h, weight, bias, t, opts, cfg)
-        nan = jnp.where(valid, jnp.ones((), ctype), jnp.asarray(jnp.nan, ctype))
-        loss = None if loss is None else loss * nan
-        log_prob = log_prob * nan
+            loss = _masked(loss, keep, valid)
+        log_prob = _masked(log_prob, keep, valid)
         if keep is not None:
             zero = jnp.zeros((), ctype)
-            log_prob, ent, lse = (jnp.where(keep, x, zero) for x in (log_prob, ent, lse))
-            loss = None if loss is None else jnp.where(keep, loss, zero)
-    if loss is None:
-        out = total.astype(hidden.dtype)
-    elif reduction == "none":
+            ent, lse = (jnp.where(keep, x, zero) for x in (ent, lse))
+    if reduction == "none":
         out = loss.reshape(shape).astype(hidden.dtype)
     else:
-        out = _reduce(loss, keep, reduction, None).astype(hidden.dtype)
+        if total is None:
+            total = _reduce(loss, keep, reduction, None)
+        out = total.astype(hidden.dtype)
     if not return_aux:
         return out
     z_term = (
