@@ -137,8 +137,11 @@ def markdown(table: list[dict]) -> str:
 
 
 def draw(ctx: Context) -> list:
-    """The grok-step distribution per setting (one panel per loss) and the Markdown table."""
+    """The grok-step distribution per setting (one panel per loss) and the Markdown table.
+    A build without the study's runs (the quick build trains none) says so in both."""
     runs = ctx.runs(RECIPE)
+    if not runs:
+        return _without_runs(ctx)
     table = rows(runs)
     labels = [label for label in setting_labels() if any(r["setting"] == label for r in table)]
     losses = [loss for loss in LOSSES if any(r["loss"] == loss for r in table)]
@@ -165,6 +168,24 @@ def draw(ctx: Context) -> list:
     paths = save(fig, ctx, "setup_study")
     md = ctx.out / "setup_study.md"
     atomic_write_bytes(md, markdown(table).encode())
+    return [*paths, md]
+
+
+def _without_runs(ctx: Context) -> list:
+    why = (
+        "the quick build does not run the setup study"
+        if ctx.quick
+        else "no setup-study runs in the store"
+    )
+    command = "grokbench figures setup_study --full"
+    fig, axes = new_figure(1, 1, width=7.8, height=3.0)
+    ax = axes[0, 0]
+    ax.text(0.5, 0.5, f"{why}:\n{command}", ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    paths = save(fig, ctx, "setup_study")
+    md = ctx.out / "setup_study.md"
+    text = f"The setup study's table (setup_study.md)\n\nNo runs: {why} (`{command}`).\n"
+    atomic_write_bytes(md, text.encode())
     return [*paths, md]
 
 

@@ -218,11 +218,23 @@ def test_setup_study_figure_and_table(tmp_path, fake_engine):
         "setup_study.md",
     ]
     md = (tmp_path / "setup_study.md").read_text()
-    # Every setting of the study (--quick: fixed CE only); the fake runs reach 99 % at their
-    # last evaluation.
+    # Every setting of the study and both losses (the seeds given: the quick recipe has none);
+    # the fake runs reach 99 % at their last evaluation.
     for label in setup_study.setting_labels():
-        assert f"| {label} | fixed | 2/2 (by 100) | 100 |" in md
-    assert "| standard |" not in md
+        for loss in setup_study.LOSSES:
+            assert f"| {label} | {loss} | 2/2 (by 100) | 100 |" in md
+
+
+def test_setup_study_without_runs_says_where_they_come_from(tmp_path, fake_engine):
+    """The quick build trains no setup-study run: the figure and the table say so and give the
+    full build's command, and nothing is trained."""
+    overrides = {k: v for k, v in TINY.items() if k != "seeds"}
+    written = _build(tmp_path, ["setup_study"], overrides=overrides)
+    _check_written(written["setup_study"], "setup")
+    md = (tmp_path / "setup_study.md").read_text()
+    assert "the quick build does not run the setup study" in md
+    assert "grokbench figures setup_study --full" in md
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("summary.json"))
 
 
 def test_setup_study_median_counts_non_grokking_runs_as_late():

@@ -188,6 +188,23 @@ def test_recipes_expand_to_valid_configs(name):
     assert full and (quick or recipe.quick.get("seeds") == 0) and len(quick) <= len(full)
     assert max((c.steps for c in quick), default=0) <= min(c.steps for c in full)
     assert len(set(full)) == len(full)
+    # A quick tuple keeps values of a grid axis: each one must be on that axis.
+    for key, values in recipe.quick.items():
+        if isinstance(values, tuple):
+            axis = {v for grid in recipe.grids for v in grid.get(key, ())}
+            assert set(values) <= axis, (name, key)
+
+
+def test_a_quick_tuple_keeps_those_values_of_the_axis():
+    """fig4's quick build drops eps 1e-24 from both weight decays' grid and keeps the rest in
+    order; a recipe without the tuple sweeps the whole axis."""
+    recipe = recipes.get_recipe("fig4")
+    quick = recipes.expand(recipe, quick=True)
+    assert [(c.weight_decay, c.eps) for c in quick] == [
+        (wd, eps) for wd in (1.0, 0.0) for eps in (1e-4, 1e-8, 1e-12, 1e-16, 0.0)
+    ]
+    whole = dataclasses.replace(recipe, quick={"steps": 3000, "seeds": 1})
+    assert len(recipes.expand(whole, quick=True)) == 12
 
 
 def test_fig2_top_is_the_paper_config():
