@@ -30,7 +30,7 @@ def draw(ctx: Context) -> list:
     for col, recipe in enumerate(RECIPES):
         runs = ctx.runs(recipe)
         ax_loss, ax_margin, ax_acc = axes[:, col]
-        if not runs:  # a recipe without quick runs (fig6-mod113): say so in its panel
+        if not runs:  # a recipe without quick runs (the transformers): say so in its panel
             ax_loss.set_title(_TITLES[recipe])
             ax_margin.text(
                 0.5,
