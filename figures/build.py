@@ -266,14 +266,22 @@ def _balanced(sizes: Sequence[float], n_lanes: int) -> list[int]:
     return best
 
 
-def _train_lane(ctx: Context, names: Sequence[str], done=lambda name: None) -> dict[str, dict]:
-    """Train what each build of `names` draws (`train`); per build its `CompileMeter` reading
-    (`done(name)` after each)."""
-    spent = {}
+def _train_lane(
+    ctx: Context, names: Sequence[str], done=lambda name: None, report: pathlib.Path | None = None
+) -> dict[str, dict]:
+    """Train what each build of `names` draws (`train`), then draw it; per build its
+    `CompileMeter` reading and the files it wrote ("paths"), written to `report` after each
+    build (so a lane that stops keeps what it finished), `done(name)` after each. A lane
+    draws its own figures (they need only its recipes), so the drawing left after the lanes
+    is the figures that train nothing, and the report."""
+    spent: dict[str, dict] = {}
     for name in names:
         meter = CompileMeter()
         train(ctx, [name])
-        spent[name] = meter.read()
+        paths = registry.builds()[name](ctx)
+        spent[name] = {**meter.read(), "paths": [str(p) for p in paths]}
+        if report is not None:
+            atomic_write_json(report, spent)
         done(name)
     return spent
 
@@ -311,9 +319,10 @@ def _lane_args(ctx: Context, names: Sequence[str], report: pathlib.Path) -> list
 def _train_side_by_side(
     ctx: Context, split: Sequence[Sequence[str]], log, done=lambda name: None
 ) -> dict[str, dict]:
-    """Train the lanes of `split` at once (the first here); per build its training reading
-    (`done(name)` as each finishes here, and for another lane's when its process ends). An
-    interrupt stops the other processes too; what they finished stays in the store."""
+    """Train and draw the lanes of `split` at once (the first here); per build its reading
+    and files (`_train_lane`; `done(name)` as each finishes here, and for another lane's when
+    its process ends). An interrupt stops the other processes too; what they finished stays
+    in the store."""
     log(
         f"[{ctx.scale}] training in {len(split)} processes: "
         + "; ".join(", ".join(lane) for lane in split),
@@ -328,11 +337,15 @@ def _train_side_by_side(
             for name in lane:
                 done(name)
             try:
-                trained.update(json.loads(report.read_text()))
+                finished = json.loads(report.read_text())
             except (OSError, ValueError):
+                finished = {}
+            trained.update(finished)
+            if left := [name for name in lane if name not in finished]:
                 log(
                     f"[{ctx.scale}] the process training {', '.join(lane)} stopped (exit "
-                    f"{code}; {ctx.out / f'.lane-{i}.log'}): what it left untrained trains here",
+                    f"{code}; {ctx.out / f'.lane-{i}.log'}) before {', '.join(left)}: what it "
+                    "left untrained trains here",
                     file=sys.stderr,
                 )
     finally:
@@ -344,12 +357,19 @@ def _train_side_by_side(
 
 
 def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Two `CompileMeter` readings of one build (its training in a lane, then its drawing)."""
+    """The sum of two `CompileMeter` readings (the lanes' processes' and this one's)."""
     return {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}}
 
 
+def _reading(lane: Mapping[str, Any], wall: bool = True) -> dict[str, Any]:
+    """A lane's record of one build as a `CompileMeter` reading (without its files; without
+    its wall when summed into the build's total, whose wall is this process's)."""
+    return {k: v for k, v in lane.items() if k != "paths" and (wall or k != "wall")}
+
+
 def _lane_main(argv: Sequence[str] | None = None) -> int:
-    """A lane of `build(..., jobs > 1)`: train the named builds' runs into the store."""
+    """A lane of `build(..., jobs > 1)`: train the named builds' runs into the store and draw
+    their figures into OUT."""
     parser = argparse.ArgumentParser(prog="python -m figures.build", description=_lane_main.__doc__)
     parser.add_argument("--lane", nargs="+", required=True)
     parser.add_argument("--scale", choices=("quick", "full"), required=True)
@@ -366,7 +386,7 @@ def _lane_main(argv: Sequence[str] | None = None) -> int:
         progress=False,
         overrides=overrides,
     )
-    atomic_write_json(args.report, _train_lane(ctx, resolve(args.lane)))
+    _train_lane(ctx, resolve(args.lane), report=args.report)
     return 0
 
 
@@ -504,21 +524,25 @@ def build(
     )
     start, whole = time.perf_counter(), CompileMeter()
     bar = lambda name: overall.update(round(weights[name], 1))  # noqa: E731
-    trained = _train_side_by_side(ctx, split, log, bar) if split else {}
+    drawn = _train_side_by_side(ctx, split, log, bar) if split else {}
     lane_totals: dict[str, Any] = {}
-    for name, reading in trained.items():
+    for name, reading in drawn.items():
         if name not in split[0]:  # another process's: not in this one's meter
-            lane_totals = _merge(lane_totals, {k: v for k, v in reading.items() if k != "wall"})
+            lane_totals = _merge(lane_totals, _reading(reading, wall=False))
     for name in todo:
-        meter = CompileMeter()
-        log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
-        train(ctx, [name])  # what the figure draws and the store lacks; drawing only reads
-        written[name] = registry.builds()[name](ctx)
-        files = ", ".join(p.name for p in written[name])
-        reading = _merge(trained.get(name, {}), meter.read())
+        if name in drawn:  # trained and drawn in its lane
+            written[name] = [pathlib.Path(p) for p in drawn[name]["paths"]]
+            reading = _reading(drawn[name])
+        else:
+            meter = CompileMeter()
+            log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
+            train(ctx, [name])  # what the figure draws and the store lacks; drawing only reads
+            written[name] = registry.builds()[name](ctx)
+            reading = meter.read()
         times[name] = {**reading, "runs": plan[name][0], "run_steps": plan[name][1]}
         if name not in laned:  # a lane's build counted as it trained
             overall.update(round(weights[name], 1))
+        files = ", ".join(p.name for p in written[name])
         log(f"[{ctx.scale}] {name}: {files} ({CompileMeter.format(times[name])})", file=sys.stderr)
     overall.close()
     if report:

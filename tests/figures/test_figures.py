@@ -2,6 +2,7 @@
 CLI's errors, and the reproduction report on a fabricated result set where claims fail."""
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -403,12 +404,17 @@ def test_a_build_in_two_lanes_trains_each_run_once_and_draws_every_figure(
 
 def test_a_lane_process_trains_into_the_store_and_reports_its_builds(tmp_path):
     # The command line `build` starts for a lane (a build that trains nothing: the
-    # process's start-up, arguments and report, not training).
+    # process's start-up, arguments and report, not training), which draws the lane's figures.
     ctx = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"), overrides=TINY)
     child, report = build._spawn_lane(ctx, ["fig3"], 1)
     assert child.wait() == 0, (tmp_path / ".lane-1.log").read_text()
     reading = json.loads(report.read_text())
-    assert set(reading) == {"fig3"} and reading["fig3"]["programs"] == 0
+    assert set(reading) == {"fig3"} and not list((tmp_path / "store").rglob("summary.json"))
+    assert sorted(pathlib.Path(p).name for p in reading["fig3"]["paths"]) == [
+        "fig3.pdf",
+        "fig3.png",
+    ]
+    assert all(pathlib.Path(p).stat().st_size > 1000 for p in reading["fig3"]["paths"])
 
 
 def test_jobs_below_one_is_one_line_exit_2(capsys):
