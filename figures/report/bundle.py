@@ -7,6 +7,7 @@ cache versions that made it (`docs/data/manifest.json`).
 
     python -m figures.report.bundle refresh  # remake the bundle (trains what its stores
                                              # lack), then render the docs
+    python -m figures.report.bundle refresh --quick-only  # the quick half only
     python -m figures.report.bundle render   # rewrite the docs' bundle blocks from docs/data
     python -m figures.report.bundle check    # exit 1 when a doc block differs from the bundle
 
@@ -143,8 +144,11 @@ def refresh(
     train: bool = True,
     bench: bool = True,
     progress: bool = True,
+    full_scale: bool = True,
 ) -> None:
-    """Make every file of the bundle (see the module docstring), then render the docs."""
+    """Make every file of the bundle (see the module docstring), then render the docs.
+    `full_scale=False` remakes the quick half only (quick.json, the manifest's quick entry)
+    and keeps full.json: after a change to the quick scales alone."""
     from figures import build, registry, report
     from figures._common import Context
     from figures.report import fig4, fig7
@@ -186,6 +190,21 @@ def refresh(
             "quant": _quant_table(quick_out / "quant_table.json"),
         },
     )
+
+    if not full_scale:
+        previous = _read("manifest.json") or {}
+        _write(
+            "manifest.json",
+            {
+                **previous,
+                "made": datetime.date.today().isoformat(),
+                "versions": _versions(),
+                "machine": _machine(),
+                "entries": {**previous.get("entries", {}), **entries},
+            },
+        )
+        render()
+        return
 
     # The full-scale recipes that fit, trained through the cached path.
     store = Store(full_store)
@@ -321,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--no-train", action="store_true", help="read the full store only")
     make.add_argument("--no-bench", action="store_true", help="keep the stored benchmark")
     make.add_argument("--no-progress", action="store_true")
+    make.add_argument(
+        "--quick-only", action="store_true", help="remake the quick half; keep full.json"
+    )
     sub.add_parser("render", help="rewrite the docs' bundle blocks from docs/data")
     sub.add_parser("check", help="exit 1 when a doc block differs from the bundle")
     args = parser.parse_args(argv)
@@ -333,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             train=not args.no_train,
             bench=not args.no_bench,
             progress=not args.no_progress,
+            full_scale=not args.quick_only,
         )
         return 0
     if args.command == "render":
