@@ -365,11 +365,11 @@ def _lane_in_this_process(fails=()):
     """`build._spawn_lane` run here, to the end, before it returns (lanes in `fails` exit 1
     having trained nothing)."""
 
-    def spawn(ctx, names, lane):
+    def spawn(ctx, names, lane, warm=False):
         report = ctx.out / f".lane-{lane}.json"
         if lane in fails:
             return _Finished(1), report
-        return _Finished(build._lane_main(build._lane_args(ctx, names, report))), report
+        return _Finished(build._lane_main(build._lane_args(ctx, names, report, warm))), report
 
     return spawn
 
@@ -417,6 +417,34 @@ def test_a_lane_process_trains_into_the_store_and_reports_its_builds(tmp_path):
     assert all(pathlib.Path(p).stat().st_size > 1000 for p in reading["fig3"]["paths"])
 
 
+def test_the_lane_expected_to_finish_first_warms_the_report(tmp_path, monkeypatch):
+    """`--warm-report` evaluates the report once the lane's figures are drawn, keeping
+    nothing (the report after the lanes evaluates everything again); a warm-up that raises
+    costs one line, not the lane."""
+    from figures import report
+
+    split = [["fig2", "fig5"], ["fig4", "fig7"]]
+    expected = {"fig2": 200.0, "fig5": 75.0, "fig4": 71.0, "fig7": 120.0}
+    assert build._first_done(split, expected) == 1
+    assert build._first_done(split, {**expected, "fig7": 300.0}) == 0
+    assert build._first_done(split, {}) == 0  # no record: the first of equals
+    ctx = Context(quick=True, out=tmp_path, store=Store(tmp_path / "store"))  # fig3: no runs
+    calls = []
+    monkeypatch.setattr(report, "evaluate", lambda ev: calls.append(ev.scale) or [])
+    args = build._lane_args(ctx, ["fig3"], tmp_path / ".lane-1.json", warm=True)
+    assert "--warm-report" in args
+    assert build._lane_main(args) == 0 and calls == ["quick"]
+    assert "--warm-report" not in build._lane_args(ctx, ["fig3"], tmp_path / "r.json")
+
+    def fails(ev):
+        raise RuntimeError("no store")
+
+    monkeypatch.setattr(report, "evaluate", fails)
+    lines = []
+    build._warm_report(ctx, lambda text, file=None: lines.append(text))
+    assert lines == ["[quick] warming the report stopped: RuntimeError('no store')"]
+
+
 def test_jobs_below_one_is_one_line_exit_2(capsys):
     assert cli.main(["figures", "fig1a", "--jobs", "0"]) == 2
     assert "--jobs must be at least 1" in capsys.readouterr().err
@@ -439,7 +467,7 @@ def test_a_build_with_one_lane_of_training_trains_in_this_process(
 ):
     # fig3 trains nothing, so fig2 is the only lane: no second process, and the build's bar
     # still counts every build once.
-    def spawn(ctx, names, lane):
+    def spawn(ctx, names, lane, warm=False):
         raise AssertionError(f"a second process for {names}")
 
     class Bar:
