@@ -147,10 +147,12 @@ RECIPES: dict[str, Recipe] = {
             _VARMA_PROGRESS,
             seeds=5,
             grids=({"loss": ("fixed", "standard")},),
-            # Quick: 3,000 steps, 1 seed. On the 2-seed quick runs this replaces, seed 0's
-            # standard CE spiked twice (steps 1,570 and 2,978) and its fixed CE never, as seed
-            # 1's (once; never): one seed shows the figure's contrast and decides its two
-            # rows; the second cost ~10 s of the quick build's longest lane (2026-12-05).
+            # Quick: 3,000 steps, 1 seed. On the 2-seed quick runs this replaces, standard CE
+            # spiked on both seeds (2 and 1 spikes) and fixed CE on neither; seed 0 trained
+            # alone (a run's last bits depend on the batch it shares) spikes once (step
+            # 1,567) with standard CE and never with fixed CE: one seed shows the figure's
+            # contrast and decides its two rows; the second cost ~10 s of the quick build's
+            # longest lane (2026-12-05).
             quick={"steps": 3000, "seeds": 1},
         ),
         Recipe(
