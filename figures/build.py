@@ -240,7 +240,8 @@ def lanes(
 
 
 _EXHAUSTIVE = 1 << 16
-"""`_balanced` tries every assignment up to this many (2 lanes: 16 groups), else goes greedy."""
+"""`_balanced` tries every assignment up to this many (2 lanes: up to 17 groups), else goes
+greedy."""
 
 
 def _balanced(sizes: Sequence[float], n_lanes: int) -> list[int]:
