@@ -244,3 +244,33 @@ def test_no_quick_verdict_contradicts_the_full_build():
     assert both, "no row decided at both scales: the bundle has no full-scale report"
     contradicted = [(c, quick[c], full[c]) for c in both if quick[c] != full[c]]
     assert not contradicted, contradicted
+
+
+def test_a_quick_only_refresh_keeps_the_full_scale_lists(tmp_path, monkeypatch):
+    """`bundle refresh --quick-only` rewrites the manifest's quick entry and keeps what the
+    full refresh wrote (its entries and the full-scale recipe lists); a full refresh replaces
+    the lists."""
+    import json
+
+    from figures.report import bundle
+
+    monkeypatch.setattr(bundle, "DATA", tmp_path)
+    old = {
+        "entries": {"quick": {"seconds": 1.0}, "full": {"fig4": {"command": "c"}}},
+        "full_recipes": ["fig4"],
+        "recipes_not_in_the_bundle_at_full_scale": ["table1"],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(old))
+    bundle._write_manifest({"quick": {"seconds": 2.0}})
+    new = json.loads((tmp_path / "manifest.json").read_text())
+    assert new["entries"] == {"quick": {"seconds": 2.0}, "full": {"fig4": {"command": "c"}}}
+    assert new["full_recipes"] == ["fig4"]
+    assert new["recipes_not_in_the_bundle_at_full_scale"] == ["table1"]
+    assert {"made", "versions", "machine"} <= set(new)
+    bundle._write_manifest(
+        {}, full_recipes=["fig2-top"], recipes_not_in_the_bundle_at_full_scale=[]
+    )
+    new = json.loads((tmp_path / "manifest.json").read_text())
+    assert (
+        new["full_recipes"] == ["fig2-top"] and new["recipes_not_in_the_bundle_at_full_scale"] == []
+    )

@@ -191,18 +191,8 @@ def refresh(
         },
     )
 
-    if not full_scale:
-        previous = _read("manifest.json") or {}
-        _write(
-            "manifest.json",
-            {
-                **previous,
-                "made": datetime.date.today().isoformat(),
-                "versions": _versions(),
-                "machine": _machine(),
-                "entries": {**previous.get("entries", {}), **entries},
-            },
-        )
+    if not full_scale:  # the full-scale lists stay the previous manifest's
+        _write_manifest(entries)
         render()
         return
 
@@ -238,19 +228,29 @@ def refresh(
             },
         },
     )
+    _write_manifest(
+        entries,
+        full_recipes=[n for n in names if runs.get(n)],
+        recipes_not_in_the_bundle_at_full_scale=[n for n in names if not runs.get(n)],
+    )
+    render()
+
+
+def _write_manifest(entries: dict[str, Any], **lists: list[str]) -> None:
+    """manifest.json: today, the cache versions, the machine, the previous entries updated
+    by `entries`, and `lists` (the previous manifest's where not given)."""
     previous = _read("manifest.json") or {}
     _write(
         "manifest.json",
         {
+            **previous,
             "made": datetime.date.today().isoformat(),
             "versions": _versions(),
             "machine": _machine(),
             "entries": {**previous.get("entries", {}), **entries},
-            "full_recipes": [n for n in names if runs.get(n)],
-            "recipes_not_in_the_bundle_at_full_scale": [n for n in names if not runs.get(n)],
+            **lists,
         },
     )
-    render()
 
 
 # --- reading it --------------------------------------------------------------------------------
