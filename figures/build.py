@@ -335,9 +335,14 @@ def _warm_report(ctx: Context, log=print) -> None:
         log(f"[{ctx.scale}] warming the report stopped: {err!r}", file=sys.stderr)
 
 
+def _lane_seconds(lane: Sequence[str], expected: Mapping[str, float | None]) -> float:
+    """A lane's expected seconds alone: its builds' (0 for a build without a record)."""
+    return sum(expected.get(n) or 0.0 for n in lane)
+
+
 def _first_done(split: Sequence[Sequence[str]], expected: Mapping[str, float | None]) -> int:
     """The lane of `split` with the fewest expected seconds (the first of equals)."""
-    totals = [sum(expected.get(n) or 0.0 for n in lane) for lane in split]
+    totals = [_lane_seconds(lane, expected) for lane in split]
     return totals.index(min(totals))
 
 
@@ -466,7 +471,7 @@ def side_by_side(
 ) -> float:
     """Expected seconds of the lanes of `split` trained at once: the longest lane's, or the
     lanes' CPU seconds over the cores if more (lanes sharing the cores wait for them)."""
-    longest = max(sum(expected.get(n) or 0.0 for n in lane) for lane in split)
+    longest = max(_lane_seconds(lane, expected) for lane in split)
     work = sum(cpu.get(n) or 0.0 for lane in split for n in lane)
     return max(longest, work / max(cores, 1))
 
@@ -499,8 +504,7 @@ def format_forecast(
     if len(split) > 1:
         parts = []
         for lane in split:
-            alone = sum(expected.get(n) or 0.0 for n in lane)
-            parts.append(f"{', '.join(lane)} (~{alone:.0f} s)")
+            parts.append(f"{', '.join(lane)} (~{_lane_seconds(lane, expected):.0f} s)")
         lines.append(f"training in {len(split)} processes side by side: {'; '.join(parts)}")
     return "\n".join(lines)
 
