@@ -16,6 +16,7 @@ import pytest
 import numerics
 from numerics import oracle, standard
 from numerics.testing import assert_ulp_close
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import DTYPES, ULPS
 
 HALF_WIDTH = 4096
@@ -45,6 +46,7 @@ def _case(dtype, kind, sizes):
     return m, logits, labels, oracle.cross_entropy_value_and_grad(logits, labels, exact=True)
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize(("half_width", "dense"), SIZES)
 @pytest.mark.parametrize("kind", ["window", "dense"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -61,6 +63,7 @@ def test_fixed_cross_entropy_near_cliff_and_to_underflow(dtype, kind, half_width
     assert_ulp_close(grad[:, 1], exact_grad[:, 1], grad_bound, inputs=m, err_msg="other grad")
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize(("half_width", "dense"), SIZES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fixed_log_softmax_and_softmax_gradient_in_cliff_window(dtype, half_width, dense):
@@ -81,6 +84,7 @@ def test_fixed_log_softmax_and_softmax_gradient_in_cliff_window(dtype, half_widt
         assert_ulp_close(grad[:, k], exact_grad[:, k], bound, inputs=m, err_msg=f"dq0 / dz{k}")
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize(("half_width", "dense"), SIZES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_standard_collapses_exactly_at_the_cliff(dtype, half_width, dense):

@@ -17,6 +17,7 @@ import numerics
 from numerics import oracle, standard, testing
 from numerics._check_divergence import gradient_scale, sensitivity
 from numerics._check_tolerances import conditioned_bound, errors_in_ulps_of, finite_gaps
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, ULPS
 
 FORMS = {
@@ -49,6 +50,7 @@ def _batch(dtype):
     return student.reshape(-1, 7).astype(dtype), teacher.reshape(-1, 7).astype(dtype)
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_values_and_gradients_against_mpmath(dtype):
     student, teacher = _batch(dtype)

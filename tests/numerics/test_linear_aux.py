@@ -52,6 +52,7 @@ from tests.numerics.test_per_token import (
     log_prob_bounds,
     offset_rows,
 )
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, F32, F64, ULPS
 
 CHUNK_ULPS = 1.5  # as tests/numerics/test_linear_cross_entropy.py
@@ -237,6 +238,7 @@ def check_aux(z, labels, dtype, chunk, out=None, **kw):
 # -- against mpmath, per entry ---------------------------------------------------------------
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_output_against_mpmath(dtype):
     # numerics.testing's hard cases up to K = 1000 (margins to 40, ties, near-ties, a 1e4

@@ -43,6 +43,7 @@ from numerics._check_divergence import gradient_scale, sensitivity
 from numerics._check_tolerances import finite_gaps
 from numerics._linear_divergence import student_topk_log_probs
 from numerics.testing import assert_ulp_close
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, F32, F64, ULPS
 
 CHUNK_ULPS = 1.5  # one exp and one product per chunk statistic (`linear_cross_entropy`'s)
@@ -182,6 +183,7 @@ def _chunk_cases():
             )
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize(("dtype", "chunks"), list(_chunk_cases()))
 def test_chunked_matches_materialized(dtype, chunks):
     dtype = np.dtype(dtype)

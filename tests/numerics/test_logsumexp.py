@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 import numerics
 from numerics import _check_cases, oracle, standard, testing
 from numerics._logsumexp import logsumexp_last
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, F16, F32, F64, general_bound
 
 SIXTEEN_BIT = (np.dtype(BF16), np.dtype(F16))
@@ -153,6 +154,7 @@ def _rows(dtype, quick=False):
 
 # quick: every case up to K = 100 (every kind of row, a tenth of the entries), the fast
 # tier's; the cases up to K = 1000 are the slow tier's (-m slow).
+@BF16_AND_F32
 @pytest.mark.parametrize("quick", [True, pytest.param(False, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_values_and_gradients_against_mpmath(dtype, quick):
@@ -200,6 +202,7 @@ DOMINANT = {
 }
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_one_dominant_entry_keeps_the_tail_that_jax_rounds_away(dtype):
     x = np.array([DOMINANT[np.dtype(dtype)], [0.0, 0.0]], dtype)  # and a tie: log 2

@@ -54,6 +54,7 @@ from numerics import _check_cases, oracle, standard, testing
 from numerics._check_per_token import entropy_bounds
 from numerics._check_per_token import inexact_gaps as _inexact
 from numerics._check_tolerances import finite_gaps, weighted_gap
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, F16, F32, F64, general_bound
 
 SIXTEEN_BIT = (np.dtype(BF16), np.dtype(F16))
@@ -160,6 +161,7 @@ def _check_rows(z, labels, dtype, where=None, inexact=None):
     return out
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_per_entry_against_mpmath(dtype):
     z, labels = _hard_rows(dtype)

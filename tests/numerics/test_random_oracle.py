@@ -22,6 +22,7 @@ import pytest
 import numerics
 from numerics import oracle
 from numerics.testing import assert_ulp_close
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, general_bound
 
 # (K, logit scale, planted margin): small and huge K, flat and spread logits,
@@ -96,6 +97,7 @@ def _ce_cases():
     ]
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize(("dtype", "k", "scale", "margin"), _ce_cases())
 def test_cross_entropy_random_rows(dtype, k, scale, margin):
     rng = np.random.default_rng([k, int(10 * scale), int(10 * margin) + 1000])
@@ -126,6 +128,7 @@ def test_cross_entropy_random_rows(dtype, k, scale, margin):
     )
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize(
     ("k", "scale", "margin", "dtype"),
     [
@@ -223,6 +226,7 @@ def _soft_cases():
     ]
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize(("dtype", "k", "scale", "margin", "distance"), _soft_cases())
 def test_soft_target_random_rows(dtype, k, scale, margin, distance):
     loss, exact_loss, err, bound, gaps = _soft_target_case(
@@ -233,6 +237,7 @@ def test_soft_target_random_rows(dtype, k, scale, margin, distance):
     assert loss_err[0] <= general_bound("value", dtype, gaps.max(), k) + np.log2(k)
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_standard_soft_target_fails_the_gradient_error_test(dtype):
     """The check above sees Softmax Cancellation: optax's formula fails it near z_S = z_T,

@@ -26,6 +26,7 @@ import numerics
 from numerics import oracle, standard
 from numerics._check_tolerances import finite_gaps, weighted_gap
 from numerics.testing import assert_ulp_close
+from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, F16, F32, F64, ULPS, general_bound
 
 # (K, logit scale, planted margin of the row's top entry over the row's others), as
@@ -129,6 +130,7 @@ def _random_cases():
     ]
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 @pytest.mark.parametrize(("case", "dtype"), _random_cases())
 def test_random_rows_against_the_oracle(case, dtype, name):

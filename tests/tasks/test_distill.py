@@ -9,6 +9,7 @@ import pytest
 import tasks
 from grokbench import runtime
 from tasks._distill import _expm1_minus_x, _x_minus_log1p
+from tests.tiers import BF16_AND_F32
 
 DTYPES = (jnp.bfloat16, jnp.float16, jnp.float32, jnp.float64)
 
@@ -20,6 +21,7 @@ def _teacher_logits(n: int = 512, k: int = 53) -> np.ndarray:
     return z
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_fixed_residual_gradient_is_exactly_zero(dtype, x64):
     z = jnp.asarray(_teacher_logits()).astype(dtype)
@@ -76,6 +78,7 @@ def test_kl_divergence_matches_mpmath(scale, x64):
     np.testing.assert_allclose(kl, exact, rtol=1e-12)
 
 
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_kl_divergence_is_exactly_zero_at_equal_logits_and_float64(dtype, x64):
     z = jnp.asarray(_teacher_logits(16, 11)).astype(dtype)
