@@ -68,6 +68,35 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+@pytest.fixture(autouse=True)
+def _fast_compile(request):
+    """`@pytest.mark.fast_compile`: the test's programs are compiled with most of XLA's
+    optimizations off (`jax_disable_most_optimizations`: backend optimization level 0, no
+    expensive LLVM passes), about a third less compile time for the programs the library
+    builds inside (the engine's, the quantization lab's, an example's). The traced programs,
+    the library's code paths, are the ones training runs; only the machine code differs, so
+    it is for smoke tests (finite values, a loss that moves, fields and shapes, two paths that
+    must agree with each other) and structural properties (exact zeros), never for a test
+    whose bound is a rounding-error model or that holds numbers to the bit
+    (tests/tasks/_compile.py's FAST_COMPILE is the same for one program).
+
+    The flag is not part of jax's in-memory cache key, so the executables compiled under it
+    are dropped when the test ends (the persistent cache keys on the options and keeps them
+    apart): no later test runs one."""
+    if request.node.get_closest_marker("fast_compile") is None:
+        yield
+        return
+    from tasks import clear_compiled_caches
+
+    jax.config.update("jax_disable_most_optimizations", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", False)
+        clear_compiled_caches()
+        jax.clear_caches()
+
+
 def pytest_collection_modifyitems(items):
     """Tests marked `first` run first: with `pytest -n 2` a test of minutes started last would
     leave one worker idle while the other finishes it."""

@@ -56,6 +56,7 @@ TINY_LM = [
 ]
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_char_lm_trains_sharded_and_standard_and_distills(tmp_path):
     lm = _load("char_lm")
     out = io.StringIO()

@@ -1285,6 +1285,7 @@ def test_full_build_report_reads_the_constant_lr_table(tmp_path):
 # --- the claims on real (shrunken) runs ----------------------------------------------------------
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
     # The distillation path (teacher, then students) shrunk; bf16 compute only.
     overrides = {
@@ -1334,6 +1335,7 @@ def test_fig7_typical_residual_on_a_real_shrunken_distillation(tmp_path):
                 assert not np.any(m[name]), (run.config.distill_objective, name)
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_quant_claims_on_a_tiny_lab(tmp_path, monkeypatch):
     from grokbench.quant import table as quant_lab
     from grokbench.quant.recipes import QUANT

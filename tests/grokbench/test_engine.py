@@ -235,7 +235,11 @@ _LAPROP = dataclasses.replace(
 @pytest.mark.parametrize(
     "cfg",
     [
-        dataclasses.replace(TINY, precision="bf16", loss="standard"),
+        # A program no later test reuses: compiled at fast_compile (conftest.py).
+        pytest.param(
+            dataclasses.replace(TINY, precision="bf16", loss="standard"),
+            marks=pytest.mark.fast_compile,
+        ),
         _LAPROP,
         dataclasses.replace(
             TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0, loss="zero_sum"

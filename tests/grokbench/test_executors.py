@@ -54,6 +54,7 @@ def test_ray_executor_matches_local(tmp_path):
     assert not ray.is_initialized()  # the executor shut down the instance it started
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_local_executor_reports_run_steps():
     configs = sweep.expand_grid("fig4", GRID)[:2]
     seen = []

@@ -66,6 +66,7 @@ def _printed(capsys, *paths: pathlib.Path) -> str:
     return text
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_run_quant_recipe_is_grokbench_quant(tmp_path, capsys):
     """The same store records (hash directories and summaries), table and printout."""
     tokens = [*TINY, "families=encoder", "variants=vanilla"]

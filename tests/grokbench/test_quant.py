@@ -241,6 +241,7 @@ def test_quick_recipe_runs_in_minutes(tmp_path):
 # fast test trains. clipped_gated (a second model's programs) is the slow tier's; in the fast
 # tier it trains a step in tests/tasks/test_quant_mechanisms.py (encoder-clipped_gated), and
 # this recipe path runs here.
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 @pytest.mark.parametrize(
     "variants",
     [("gated_all_heads",), pytest.param(("clipped_gated",), marks=pytest.mark.slow)],
@@ -310,6 +311,7 @@ def _estimator_results(tmp_path_factory):
     return tmp_path_factory.mktemp("estimators")  # one trained model for every estimator
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 @pytest.mark.parametrize("act_range", ["percentile", "mse"])
 def test_other_activation_range_estimators(_estimator_results, act_range):
     tokens = [t for t in TINY if not t.startswith("variants=")] + ["variants=vanilla"]

@@ -1,0 +1,41 @@
+"""The suite's own machinery (conftest.py, tests/conftest.py): the fast_compile marker and
+the fast_dtypes tiers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grokbench.runtime import CompileMeter
+from tests.tiers import BF16_AND_F32
+from tests.tolerances import DTYPES
+
+
+@jax.jit
+def _double(x):
+    return x * 2.0
+
+
+@pytest.mark.fast_compile
+def test_fast_compile_turns_most_optimizations_off_for_the_test():
+    assert jax.config.values["jax_disable_most_optimizations"]
+    assert float(_double(jnp.ones(3, jnp.float32))[0]) == 2.0  # compiled under the flag
+
+
+def test_a_later_test_compiles_again_with_the_optimizations_on():
+    # The test above (it runs first: one file, one worker, in order) compiled `_double` on
+    # this shape with the optimizations off; its executable must not be served here.
+    assert not jax.config.values["jax_disable_most_optimizations"]
+    meter = CompileMeter()
+    _double(jnp.ones(3, jnp.float32)).block_until_ready()
+    reading = meter.read()
+    assert reading["programs"] + reading["cached"] >= 1
+
+
+@BF16_AND_F32
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fast_dtypes_marks_the_other_dtypes_slow(request, dtype):
+    slow = request.node.get_closest_marker("slow") is not None
+    assert slow == (
+        np.dtype(dtype).itemsize in (2, 8) and np.dtype(dtype) != np.dtype(jnp.bfloat16)
+    )
