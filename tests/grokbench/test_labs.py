@@ -84,6 +84,7 @@ def test_run_quant_recipe_is_grokbench_quant(tmp_path, capsys):
     assert sorted(p.name for p in a.glob("quant_*")) == sorted(p.name for p in b.glob("quant_*"))
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_sweep_quant_gamma_is_grokbench_quant_recipe(tmp_path, capsys, monkeypatch):
     """`sweep quant-gamma --out DIR` stores in DIR what `quant --recipe quant-gamma` stores.
     Its figures are the test above's (drawing them would take two thirds of this test)."""

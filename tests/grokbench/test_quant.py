@@ -38,6 +38,7 @@ TINY_FIELDS = {
 """The `QuantConfig` fields of TINY (the encoder's vanilla run)."""
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_tiny_quant_run_end_to_end(tmp_path, capsys):
     """Train, evaluate, quantize, write, load from the store, then the CLI with its figures.
 

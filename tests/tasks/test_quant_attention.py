@@ -100,6 +100,7 @@ def test_gate_bias_is_logit_of_pi_init():
 # The linear gate's case is the slow tier's: its fast sibling is the tiny gated decoder of
 # tests/tasks/test_quant_probe.py, whose two linear gates (pi_init 0.25) it checks the same
 # way, and the linear-gated encoder of tests/tasks/test_quant_corpus.py runs its forward pass.
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 @pytest.mark.parametrize(
     "gate", [pytest.param("linear", marks=pytest.mark.slow), "mlp", "all_heads"]
 )

@@ -100,6 +100,7 @@ def test_eval_batches_are_fixed(corpus):
             np.testing.assert_array_equal(x[k], y[k])
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
 def test_model_shapes_taps_and_causality(family):
     cfg = QuantModelConfig(
