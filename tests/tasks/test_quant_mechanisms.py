@@ -194,7 +194,6 @@ _FAST_PAIRS = {
 }
 
 
-@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 @pytest.mark.parametrize(("family", "variant"), _family_variant(_FAST_PAIRS))
 def test_every_mechanism_trains_a_step_in_both_families(family, variant):
     """Finite logits and gradients, the sink's parameter only for the sink, and the loss
