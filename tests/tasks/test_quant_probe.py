@@ -43,6 +43,7 @@ def _setup():
     return cfg, params, batch, names, run, fp
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_probe_on_a_tiny_gated_decoder():
     """One test, one compile: the float pass, the attention statistics, the quantized pass."""
     setup = _setup()
