@@ -186,6 +186,7 @@ def test_delimited_corpus_follows_its_rule():
         build_corpus(None, n_chars=5_000)
 
 
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 @pytest.mark.parametrize(
     "family", [pytest.param("encoder", marks=pytest.mark.slow), "decoder"]
 )  # the encoder's path differs only in the attention mask: -m slow
