@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(items):
     one of `dtypes` is marked slow. The default tier then runs the test in those dtypes only
     (bfloat16 and float32: the 16-bit path, which computes in float32 inside, and the native
     one), and `-m slow` runs the other dtypes, so CI still runs every case (CONTRIBUTING.md,
-    "The two tiers")."""
+    "Running the tests")."""
     for item in items:
         marker = item.get_closest_marker("fast_dtypes")
         params = getattr(item, "callspec", None)

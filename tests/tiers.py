@@ -1,4 +1,4 @@
-"""The default tier's share of a dtype-parametrized test (CONTRIBUTING.md, "The two tiers").
+"""The default tier's share of a dtype-parametrized test (CONTRIBUTING.md, "Running the tests").
 
     @BF16_AND_F32
     @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -169,10 +169,11 @@ def _note(worst, key, ulps, bound):
 
 
 def _chunk_cases():
-    """Every chunk size in bf16 and chunk 7 (a partial last chunk) in every dtype in the
-    fast tier; the other dtypes' chunks 8 (divides V) and 64 (one chunk, capped at V) in the
-    slow tier (-m slow): their fast siblings are the bf16 case (the chunking does not branch
-    on dtype) and chunk 7 in their own dtype."""
+    """Every chunk size in bf16 and chunk 7 (a partial last chunk) in the other dtypes in the
+    fast tier, float16's and float64's in the slow one (@BF16_AND_F32: their paths are
+    bfloat16's and float32's); the other dtypes' chunks 8 (divides V) and 64 (one chunk,
+    capped at V) in the slow tier (-m slow): their fast siblings are the bf16 case (the
+    chunking does not branch on dtype) and chunk 7 in float32."""
     for d in DTYPES:
         if d == BF16:
             yield pytest.param(d, CHUNKS, id=f"{np.dtype(d).name}-all")

@@ -88,7 +88,6 @@ import numpy as np
 import pytest
 
 import numerics
-from tests.tiers import BF16_AND_F32
 from tests.tolerances import BF16, DTYPES, F16, F32, F64
 
 N, D, V, CHUNK = 8, 16, 32, 4  # V / P divisible by CHUNK for P = 1, 2, 4, 8
@@ -328,7 +327,6 @@ def _params():
     ]
 
 
-@BF16_AND_F32
 @pytest.mark.parametrize(("dtype", "name", "kind"), _params())
 def test_two_devices(dtype, name, kind):
     """The vocabulary over the conftest's 2 host devices."""
