@@ -277,14 +277,21 @@ def _train_lane(
     is the figures that train nothing, and the report."""
     spent: dict[str, dict] = {}
     for name in names:
-        meter = CompileMeter()
-        train(ctx, [name])
-        paths = registry.builds()[name](ctx)
-        spent[name] = {**meter.read(), "paths": [str(p) for p in paths]}
+        paths, reading = _train_and_draw(ctx, name)
+        spent[name] = {**reading, "paths": [str(p) for p in paths]}
         if report is not None:
             atomic_write_json(report, spent)
         done(name)
     return spent
+
+
+def _train_and_draw(ctx: Context, name: str) -> tuple[list[pathlib.Path], dict[str, float]]:
+    """Train what build `name` draws and the store lacks (`train`), then draw it (drawing
+    only reads): the files it wrote and the `CompileMeter` reading of both."""
+    meter = CompileMeter()
+    train(ctx, [name])
+    paths = registry.builds()[name](ctx)
+    return paths, meter.read()
 
 
 def _spawn_lane(
@@ -573,11 +580,8 @@ def build(
             written[name] = [pathlib.Path(p) for p in drawn[name]["paths"]]
             reading = _reading(drawn[name])
         else:
-            meter = CompileMeter()
             log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
-            train(ctx, [name])  # what the figure draws and the store lacks; drawing only reads
-            written[name] = registry.builds()[name](ctx)
-            reading = meter.read()
+            written[name], reading = _train_and_draw(ctx, name)
         times[name] = {**reading, "runs": plan[name][0], "run_steps": plan[name][1]}
         if name not in laned:  # a lane's build counted as it trained
             overall.update(round(weights[name], 1))

@@ -15,4 +15,7 @@ import pytest
 
 from tests.tolerances import BF16, F32
 
-BF16_AND_F32 = pytest.mark.fast_dtypes(BF16, F32)
+FAST_DTYPES = (BF16, F32)
+"""The default tier's dtypes (a family with a designed cover spreads its cases over them)."""
+
+BF16_AND_F32 = pytest.mark.fast_dtypes(*FAST_DTYPES)

@@ -22,8 +22,8 @@ import pytest
 import numerics
 from numerics import oracle
 from numerics.testing import assert_ulp_close
-from tests.tiers import BF16_AND_F32
-from tests.tolerances import BF16, DTYPES, general_bound
+from tests.tiers import BF16_AND_F32, FAST_DTYPES
+from tests.tolerances import DTYPES, general_bound
 
 # (K, logit scale, planted margin): small and huge K, flat and spread logits,
 # margins below, at and far past every cliff.
@@ -60,8 +60,7 @@ def _weighted_gap(gaps, exclude):
     return np.sum(weights * gaps) / max(np.sum(weights), 1e-300)
 
 
-_FAST_DTYPES = (np.dtype(BF16), np.dtype(np.float32))
-"""The two paths every fixed function has (tests/tiers.py): the fast tier's dtypes here."""
+_FAST_DTYPES = tuple(np.dtype(d) for d in FAST_DTYPES)
 
 
 def _tier(*indices: int):
