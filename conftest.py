@@ -10,6 +10,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 
 # Must be set before jax initialises its backends.
 os.environ["XLA_FLAGS"] = (
@@ -104,8 +105,9 @@ def pytest_collection_modifyitems(items):
 
 
 # GROKBENCH_COMPILE_REPORT=FILE: one JSON line per test (its file, wall, CPU and compile
-# seconds, programs compiled and loaded), appended by every worker; benchmarks/suite_times.py
-# sums them per file (docs/benchmarks.md, "The build and the test suite").
+# seconds, programs compiled and loaded, its worker and end time), appended by every worker;
+# benchmarks/suite_times.py sums them per file and per worker (docs/benchmarks.md, "The build
+# and the test suite").
 _COMPILE_REPORT = os.environ.get("GROKBENCH_COMPILE_REPORT")
 
 
@@ -120,6 +122,8 @@ def pytest_runtest_protocol(item, nextitem):
     meter = CompileMeter()
     result = yield
     record = {"file": item.location[0], "test": item.nodeid, **meter.read()}
+    # Which worker ran it and when it ended: how long each worker was busy and idle.
+    record |= {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "end": time.time()}
     with open(_COMPILE_REPORT, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
     return result

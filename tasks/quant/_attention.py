@@ -41,6 +41,7 @@ bias logit(pi_init) as its other gates, which at the encoder's pi_init 0.5 is th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -109,9 +110,23 @@ def gate_init(
             value = logit(pi_init) if name == "gate.b" else 0.0
             out[name] = jnp.full(shape, value, jnp.float32)
         else:
-            draw = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
-            out[name] = draw * np.float32(0.02)
+            out[name] = normal_draw(key, i, shape, 0.02)
     return out
+
+
+def normal_draw(key: jax.Array, index: int, shape: tuple[int, ...], std: float) -> jax.Array:
+    """One weight of the lab's inits: N(0, 1) drawn from fold_in(key, index), times std, in
+    float32. One compiled program per shape, shared by every parameter, layer and config of
+    that shape (a jitted init of the whole model compiled one threefry loop per parameter
+    again for each architecture: about 1.5 s a config on 2 CPU cores). The values are those
+    the one-program init drew, bit for bit: the quant golden case (tests/grokbench/golden.py)
+    kept its values at every ISA level recorded when the init changed to this."""
+    return _normal_draw(key, index, shape, np.float32(std))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _normal_draw(key: jax.Array, index, shape: tuple[int, ...], std) -> jax.Array:
+    return jax.random.normal(jax.random.fold_in(key, index), shape, jnp.float32) * std
 
 
 def _block_diag(w_HxExN: jax.Array) -> jax.Array:

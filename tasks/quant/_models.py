@@ -32,6 +32,7 @@ from tasks.quant._attention import (
     gate_init,
     gate_shapes,
     identity_tap,
+    normal_draw,
 )
 
 FAMILIES: tuple[str, ...] = ("encoder", "decoder")
@@ -165,8 +166,8 @@ def quant_model_init(key: jax.Array, cfg: QuantModelConfig, pi_init: float = 0.5
     return _init(key, cfg, float(pi_init))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))  # one compile, not one per parameter shape
 def _init(key: jax.Array, cfg: QuantModelConfig, pi_init: float) -> dict:
+    # Not one jitted program: each weight is drawn by `normal_draw`, one program per shape.
     params = {}
     for i, (name, shape) in enumerate(sorted(cfg.param_shapes().items())):
         if ".gate." in name:
@@ -176,9 +177,8 @@ def _init(key: jax.Array, cfg: QuantModelConfig, pi_init: float) -> dict:
         elif len(shape) == 1:  # every bias
             params[name] = jnp.zeros(shape, jnp.float32)
         else:
-            draw = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
             std = 1 / np.sqrt(cfg.d_model) if name.endswith((".wq", ".wk")) else 0.02
-            params[name] = draw * np.float32(std)
+            params[name] = normal_draw(key, i, shape, std)
     if cfg.gate != "none":
         for i in range(cfg.n_layers):
             layer_key = jax.random.fold_in(jax.random.fold_in(key, 10_000), i)
