@@ -8,7 +8,7 @@ import pytest
 
 from grokbench.runtime import CompileMeter
 from tests.tiers import BF16_AND_F32
-from tests.tolerances import DTYPES
+from tests.tolerances import DTYPES, F16, F64
 
 
 @jax.jit
@@ -36,6 +36,4 @@ def test_a_later_test_compiles_again_with_the_optimizations_on():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fast_dtypes_marks_the_other_dtypes_slow(request, dtype):
     slow = request.node.get_closest_marker("slow") is not None
-    assert slow == (
-        np.dtype(dtype).itemsize in (2, 8) and np.dtype(dtype) != np.dtype(jnp.bfloat16)
-    )
+    assert slow == (np.dtype(dtype) in (np.dtype(F16), np.dtype(F64)))

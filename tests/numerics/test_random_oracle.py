@@ -23,7 +23,7 @@ import numerics
 from numerics import oracle
 from numerics.testing import assert_ulp_close
 from tests.tiers import BF16_AND_F32, FAST_DTYPES
-from tests.tolerances import DTYPES, general_bound
+from tests.tolerances import DTYPES, F32, general_bound
 
 # (K, logit scale, planted margin): small and huge K, flat and spread logits,
 # margins below, at and far past every cliff.
@@ -220,7 +220,7 @@ def _soft_cases():
 
     def marks(i, c, d, distance):
         if distance == 1e-6:
-            return () if np.dtype(DTYPES[d]) == np.dtype(np.float32) else pytest.mark.slow
+            return () if np.dtype(DTYPES[d]) == np.dtype(F32) else pytest.mark.slow
         return _tier(i, c, d)
 
     return [
