@@ -162,9 +162,19 @@ def _python_blocks(page: pathlib.Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
 
 
+# Each page's first example runs in the fast tier and its others in the slow one (CONTRIBUTING.md,
+# "Running the tests"): the later examples call functions whose code paths fast numerics tests
+# run (docs/lm-losses.md's sharded loss: tests/numerics/test_vocab_parallel.py; its per-token
+# outputs: tests/numerics/test_per_token.py; docs/divergences.md's fused divergences:
+# tests/numerics/test_linear_divergence.py), and an eager example compiles one program per
+# operation (3.7-8.4 s each here), so CI's slow tier checks the page as written.
 @pytest.mark.parametrize(
     "page, index",
-    [(p, i) for p in RUNNABLE for i in range(len(_python_blocks(p)))],
+    [
+        pytest.param(p, i, marks=[pytest.mark.slow] if i else [])
+        for p in RUNNABLE
+        for i in range(len(_python_blocks(p)))
+    ],
     ids=lambda x: x.name if isinstance(x, pathlib.Path) else str(x),
 )
 def test_python_examples_run(page, index):
