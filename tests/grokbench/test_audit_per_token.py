@@ -48,6 +48,13 @@ def test_log_prob_passes_and_the_standard_one_is_zero_past_the_cliff(capsys):
     assert any(line.startswith("FAIL bfloat16 target gradient: exactly 0") for line in fails)
 
 
+# slow: the entropy audits' programs are their own. Fast siblings: the log-prob audit above
+# (the per-token kinds' CLI path, its PASS and its FAIL lines);
+# test_the_library_checks_pass_in_every_dtype[bfloat16] (check_entropy, the check this audit
+# runs, on numerics.entropy in bf16); and, in tests/numerics/test_per_token.py,
+# test_standard_formulas_fail_in_bf16_on_the_binades_that_matter (the standard entropy's zero
+# past the cliff in bf16).
+@pytest.mark.slow
 def test_entropy_passes_and_the_standard_one_fails_on_peaked_rows(capsys):
     # verl's lse - sum p z subtracts two numbers of the size of the logits: 0 past the
     # cliff on [m, 0], off by hundreds of ulps on the random rows (peaked ones, and the
@@ -64,7 +71,8 @@ def test_entropy_passes_and_the_standard_one_fails_on_peaked_rows(capsys):
     assert any("-inf logits: entropy is nan" in line for line in fails), fails
 
 
-# bf16 in the fast tier (the checks the CLI tests above run, their programs compiled once);
+# bf16 in the fast tier (the checks the CLI tests above run: the log-prob one's programs
+# compiled once; the entropy check's compiled here, its CLI test being the slow tier's);
 # fp32, fp16 and fp64 are the slow tier's, their fast siblings the oracle tests of
 # tests/numerics/test_per_token.py in those dtypes (the same functions; the checks branch on
 # the dtype only for float64's oracle precision, numerics._check_per_token).

@@ -5,6 +5,7 @@ share a compiled program do (module-scoped fixtures).
 """
 
 import dataclasses
+import functools
 import json
 import pathlib
 
@@ -25,6 +26,9 @@ from tasks import build_model, modular_split
 # The progress measures (off by default; tests/grokbench/test_fourier.py) are on in
 # `_variants`, which the batching and sharding tests compare.
 TINY = RunConfig(p=7, d_model=8, n_heads=2, steps=20, eval_every=10)
+# The MLP at TINY's task: the fast siblings of the transformer's slow-tier cases below (the
+# same engine paths; its programs compile in about a third of the transformer's time).
+TINY_MLP = dataclasses.replace(TINY, model="mlp", mlp_width=16)
 
 
 def _variants():
@@ -69,7 +73,16 @@ def test_vmapped_batch_equals_individual_runs(batched):
             )
 
 
-@pytest.mark.parametrize("n_runs", [2, 3], ids=["even", "padded"])
+@pytest.mark.parametrize(
+    "n_runs",
+    [
+        # slow: two init programs of their own (a batch of 2, sharded and not); fast sibling:
+        # [padded] (the same sharded and single-device layouts); even batches of 2 train
+        # sharded in tests/grokbench/test_executors.py and tests/grokbench/test_sweep.py.
+        pytest.param(2, marks=pytest.mark.slow, id="even"),
+        pytest.param(3, id="padded"),
+    ],
+)
 def test_sharded_batch_layout(n_runs):
     cfgs = _variants()[:n_runs]  # over the 2 host devices of tests/conftest.py
     assert jax.local_device_count() == 2
@@ -163,8 +176,18 @@ def test_step_zero_metrics_come_from_the_initial_logits(batched):
     assert m["param_norm"][0] == pytest.approx(norm, rel=1e-5)
 
 
-def test_one_step_equals_the_adamw_chain():
-    cfg = dataclasses.replace(TINY, steps=1, eval_every=1, eps=1e-6, weight_decay=0.5)
+@pytest.mark.parametrize(
+    "base",
+    [
+        # slow: the transformer's one-step program is its own; fast sibling: the [mlp] case
+        # (the same engine step against the same AdamW chain, on the MLP).
+        pytest.param(TINY, marks=pytest.mark.slow, id="transformer"),
+        # fast_compile: two paths that must agree (conftest.py, _fast_compile).
+        pytest.param(TINY_MLP, marks=pytest.mark.fast_compile, id="mlp"),
+    ],
+)
+def test_one_step_equals_the_adamw_chain(base):
+    cfg = dataclasses.replace(base, steps=1, eval_every=1, eps=1e-6, weight_decay=0.5)
     batch = engine.prepare([cfg])
     (params, _), _ = batch.run_chunk(batch.state, batch.hyper, batch.data, batch.n_blocks)
     data = modular_split(cfg.modular_task())
@@ -188,11 +211,9 @@ def test_one_step_equals_the_adamw_chain():
 
 
 # The MLP run of test_variants_train trains in fp64: test_fp64_run_keeps_x64_inside's run, one
-# program for both.
+# program for both (both fast_compile: conftest.py, _fast_compile).
 _MLP_FP64 = dataclasses.replace(
-    TINY,
-    model="mlp",
-    mlp_width=16,
+    TINY_MLP,
     activation="quadratic",
     mlp_init="doshi",
     lr=1e-2,
@@ -200,6 +221,7 @@ _MLP_FP64 = dataclasses.replace(
 )
 
 
+@pytest.mark.fast_compile  # dtypes and the x64 flag: a structural check (conftest.py)
 def test_fp64_run_keeps_x64_inside():
     assert not jax.config.read("jax_enable_x64")
     (out,) = engine.train([_MLP_FP64], progress=False)
@@ -208,15 +230,20 @@ def test_fp64_run_keeps_x64_inside():
     assert jnp.asarray(1.0).dtype == jnp.float32
 
 
-def _check_trains(cfg):
+@functools.cache  # RunConfig is frozen: a run read by two tests is trained once
+def _trained(cfg: RunConfig) -> engine.RunOutput:
     (out,) = engine.train([cfg], progress=False)
-    m = out.metrics
+    return out
+
+
+def _check_trains(cfg):
+    m = _trained(cfg).metrics
     assert all(np.isfinite(m[k]).all() for k in metrics.STEP_METRICS), cfg
     assert m["train_loss"][-1] < m["train_loss"][0], cfg
 
 
 # The LaProp run of test_variants_train also warms up, predicts `=` and chains ⊥Grad:
-# test_warmup_and_eq_output's run, one program for both.
+# test_warmup_and_eq_output's run, trained once for both (`_trained`; both fast_compile).
 _LAPROP = dataclasses.replace(
     TINY,
     optimizer="laprop",
@@ -231,22 +258,32 @@ _LAPROP = dataclasses.replace(
 
 # Each structurally different config is a training program of its own, so each fast case
 # carries several paths at once: every loss, optimizer, precision policy and model is in
-# one of them (the baseline losses ride on the LaProp and the MLP runs).
+# one of them (the baseline losses ride on the LaProp and the MLP runs). Smoke tests, all at
+# fast_compile (conftest.py, _fast_compile).
 @pytest.mark.parametrize(
     "cfg",
     [
-        # A program no later test reuses: compiled at fast_compile (conftest.py).
+        # slow: bf16 on the transformer; fast sibling: [mlp-bf16-standard] (the bf16 policy and
+        # the standard loss on the MLP; the transformer trains standard CE in
+        # tests/grokbench/test_golden.py::test_case_is_golden[standard-here]).
         pytest.param(
             dataclasses.replace(TINY, precision="bf16", loss="standard"),
+            marks=(pytest.mark.fast_compile, pytest.mark.slow),
+            id="bf16-standard",
+        ),
+        pytest.param(
+            dataclasses.replace(TINY_MLP, precision="bf16", loss="standard"),
             marks=pytest.mark.fast_compile,
+            id="mlp-bf16-standard",
         ),
-        _LAPROP,
-        dataclasses.replace(
-            TINY, model="mlp", mlp_width=16, optimizer="adam", weight_decay=0.0, loss="zero_sum"
+        pytest.param(_LAPROP, marks=pytest.mark.fast_compile, id="laprop-eps0-stablemax-warmup"),
+        pytest.param(
+            dataclasses.replace(TINY_MLP, optimizer="adam", weight_decay=0.0, loss="zero_sum"),
+            marks=pytest.mark.fast_compile,
+            id="mlp-adam-zero_sum",
         ),
-        _MLP_FP64,
+        pytest.param(_MLP_FP64, marks=pytest.mark.fast_compile, id="mlp-doshi-fp64"),
     ],
-    ids=["bf16-standard", "laprop-eps0-stablemax-warmup", "mlp-adam-zero_sum", "mlp-doshi-fp64"],
 )
 def test_variants_train(cfg):
     _check_trains(cfg)
@@ -260,22 +297,30 @@ def test_baseline_losses_train(loss):
     _check_trains(dataclasses.replace(TINY, loss=loss))
 
 
+# The MLP's 4-step runs of test_emulated_matmul_precisions_train_and_differ_from_highest: the
+# fast cases of the summary tests below train its exact program (weight decay is a vmapped
+# number, not a program's) and, at tf32, the emulated precision its fast case does not.
+_MLP_SHORT = dataclasses.replace(TINY_MLP, steps=4, eval_every=2)
+
+
 @pytest.mark.parametrize(
     ("model", "precision"),
     [
-        # The fast tier trains the MLP at bf16 here and the transformer at tf32 in the next
-        # test (the stored, summarized run); the other pairs are the slow tier's.
+        # The fast tier trains the MLP at bf16 here and at tf32 in the next test (the stored,
+        # summarized run); the other pairs, the transformer's two included, are the slow
+        # tier's (the transformer's emulated pass: tests/tasks/test_matmul.py).
         pytest.param("transformer", "tf32", marks=pytest.mark.slow),
         pytest.param("transformer", "bf16", marks=pytest.mark.slow),
         pytest.param("mlp", "tf32", marks=pytest.mark.slow),
         ("mlp", "bf16"),
     ],
 )
+@pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_emulated_matmul_precisions_train_and_differ_from_highest(model, precision):
     """A few steps of the tiny transformer and MLP at tf32 and bf16 (tasks._matmul) train, and
     move the numbers from the exact-product run from the first step on."""
-    base = TINY if model == "transformer" else dataclasses.replace(TINY, model="mlp", mlp_width=16)
-    base = dataclasses.replace(base, steps=4, eval_every=2)
+    base = TINY if model == "transformer" else TINY_MLP
+    base = dataclasses.replace(base, steps=4, eval_every=2)  # the MLP's: _MLP_SHORT
     (exact,) = engine.train([base], progress=False)
     (out,) = engine.train([dataclasses.replace(base, matmul_precision=precision)], progress=False)
     m, e = out.metrics, exact.metrics
@@ -284,16 +329,28 @@ def test_emulated_matmul_precisions_train_and_differ_from_highest(model, precisi
     np.testing.assert_allclose(m["train_loss"], e["train_loss"], rtol=0.05)
 
 
-def test_emulated_run_is_summarized_with_its_balance_terms(tmp_path):
+@pytest.mark.parametrize(
+    ("base", "precision"),
+    [
+        # slow: the transformer's runs and summary programs are their own; fast sibling: the
+        # [mlp-tf32] case (the same summary, reverse mode through the emulated matmuls).
+        pytest.param(dataclasses.replace(TINY, split="fixed"), "tf32", marks=pytest.mark.slow),
+        pytest.param(_MLP_SHORT, "tf32", marks=pytest.mark.fast_compile),  # a smoke test
+    ],
+    ids=["transformer-tf32", "mlp-tf32"],
+)
+def test_emulated_run_is_summarized_with_its_balance_terms(tmp_path, base, precision):
     """A stored emulated run gets its whole summary: the balance terms' radial slope, a jvp
     at 'highest', is taken by reverse mode through the emulated matmuls (custom_vjp)."""
-    # TINY on the fixed split: the program of test_summary_records_backend_and_matmul_precision
-    # (its run at lambda 0.1) and of the per_seed test's fixed run, compiled once for the three.
-    cfg = dataclasses.replace(TINY, weight_decay=0.1, split="fixed")
+    # The transformer on the fixed split: the program of
+    # test_summary_records_backend_and_matmul_precision[transformer] (its run at lambda 0.1) and
+    # of the per_seed test's fixed run, compiled once for the three; the MLP's exact run: the
+    # program of test_emulated_matmul_precisions_train_and_differ_from_highest[mlp-bf16]'s.
+    cfg = dataclasses.replace(base, weight_decay=0.1)
     (exact,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
-    emulated = dataclasses.replace(cfg, matmul_precision="tf32")
+    emulated = dataclasses.replace(cfg, matmul_precision=precision)
     (summary,) = experiment.run_configs([emulated], Store(tmp_path), progress=False)
-    assert summary["config"]["matmul_precision"] == "tf32"
+    assert summary["config"]["matmul_precision"] == precision
     assert summary["radial_margin_slope"] != 0 and summary["balance_norm"] > 0
     assert summary["radial_margin_slope"] == pytest.approx(exact["radial_margin_slope"], rel=0.05)
 
@@ -323,6 +380,7 @@ def _chunk_jaxpr(cfg: RunConfig) -> str:
 @pytest.mark.parametrize(
     ("precision", "pinned"), [("fp32", True), ("fp64", True), ("fp32/bf16", False)]
 )
+@pytest.mark.fast_compile  # the jaxpr's text: a structural check (conftest.py, _fast_compile)
 def test_matmul_precision_is_pinned_in_the_jitted_chunk(precision, pinned):
     """fp32/fp64 runs: every dot of the training program (forward and backward) is HIGHEST,
     not the backend's default (TF32 on NVIDIA GPUs, bf16 passes on TPUs)."""
@@ -333,9 +391,20 @@ def test_matmul_precision_is_pinned_in_the_jitted_chunk(precision, pinned):
     assert highest == (dots if pinned else 0)
 
 
-def test_summary_records_backend_and_matmul_precision(tmp_path):
-    # The program of test_per_seed_split_batch_trains_each_run_on_its_own_split's fixed run.
-    cfg = dataclasses.replace(TINY, split="fixed")
+@pytest.mark.parametrize(
+    "base",
+    [
+        # slow: the transformer's summary programs; fast sibling: the [mlp] case (the same
+        # stored summary and balance terms, the exact program of the emulated tests' MLP).
+        pytest.param(dataclasses.replace(TINY, split="fixed"), marks=pytest.mark.slow),
+        pytest.param(_MLP_SHORT, marks=pytest.mark.fast_compile),  # fields: a smoke test
+    ],
+    ids=["transformer", "mlp"],
+)
+def test_summary_records_backend_and_matmul_precision(tmp_path, base):
+    # The transformer's run: the program of
+    # test_per_seed_split_batch_trains_each_run_on_its_own_split's fixed run.
+    cfg = base
     (summary,) = experiment.run_configs([cfg], Store(tmp_path), progress=False)
     stored = json.loads((pathlib.Path(summary["run_dir"]) / "summary.json").read_text())
     assert stored["backend"] == jax.default_backend()
@@ -355,6 +424,10 @@ def per_seed_batch():
     return engine.train(_PER_SEED, progress=False)
 
 
+# slow: the per_seed batch of 2 is a program of its own; fast sibling:
+# test_vmapped_batch_equals_individual_runs (its batch is split=per_seed, TINY's default: three
+# runs, each on its own split, vmapped, each equal to its single run on that split).
+@pytest.mark.slow
 def test_per_seed_split_batch_trains_each_run_on_its_own_split(per_seed_batch):
     """split=per_seed: each run of a batch trains on its own split (the data is vmapped)."""
     splits = [engine.load_data(c).y_train for c in _PER_SEED]
@@ -362,13 +435,13 @@ def test_per_seed_split_batch_trains_each_run_on_its_own_split(per_seed_batch):
     losses = [out.metrics["train_loss"] for out in per_seed_batch]
     assert not np.array_equal(losses[0], losses[1])
     # Seed 0's split is split_seed 0's: the run of split=fixed (to the batch's rounding), the
-    # program of test_summary_records_backend_and_matmul_precision's run.
+    # program of test_summary_records_backend_and_matmul_precision[transformer]'s run.
     (fixed,) = engine.train([dataclasses.replace(TINY, seed=0, split="fixed")], progress=False)
     np.testing.assert_allclose(losses[0], fixed.metrics["train_loss"], rtol=2e-5, atol=1e-7)
 
 
 # The single per_seed run is a program of its own (its data unbatched); the fast sibling is
-# the test above (the per_seed batch, its run 0 against the fixed split's run).
+# test_vmapped_batch_equals_individual_runs (a per_seed batch against its single runs).
 @pytest.mark.slow
 def test_per_seed_split_batch_equals_individual_runs(per_seed_batch):
     for cfg, out in zip(_PER_SEED, per_seed_batch, strict=True):
@@ -378,14 +451,15 @@ def test_per_seed_split_batch_equals_individual_runs(per_seed_batch):
         )
 
 
+@pytest.mark.fast_compile  # shapes and an exact no-op update: structural (conftest.py)
 def test_warmup_and_eq_output():
     """warmup_steps=W: update t runs at lr * min(t / W, 1), so the first update (lr 0) moves
     nothing; eq_output: the loss sees p + 1 logits, accuracy and margin the p residues. With
     ⊥Grad chained before the optimizer (its state a tuple), the warmup still finds the step
-    count. The run is test_variants_train's LaProp run (its program compiled once)."""
+    count. The run is test_variants_train's LaProp run (trained once for both, at
+    fast_compile: the first update moving nothing is an exact equality)."""
     cfg = _LAPROP
-    (out,) = engine.train([cfg], progress=False)
-    norm = out.metrics["param_norm"]
+    norm = _trained(cfg).metrics["param_norm"]
     assert norm[1] == norm[0] and norm[2] != norm[1]
     model = build_model(cfg.model_config())
     params = model.init(jax.random.key(0), jnp.float32)
@@ -394,6 +468,7 @@ def test_warmup_and_eq_output():
     assert engine._warmup(jnp.float32(2.0), jnp.int32(9), 4) == 2.0
 
 
+@pytest.mark.fast_compile  # a draw's scale within 3 %, not a rounding bound (conftest.py)
 def test_init_scales():
     """Squared parameter norm at init of the width-64 model: 870 (Nanda), 642 (fan-in), 534 (TL)
     in expectation; one draw sits within a few percent."""

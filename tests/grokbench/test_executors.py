@@ -56,7 +56,9 @@ def test_ray_executor_matches_local(tmp_path):
 
 @pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_local_executor_reports_run_steps():
-    configs = sweep.expand_grid("fig4", GRID)[:2]
+    # On the MLP: the executor's path is the same for either model, and the MLP's program
+    # compiles in about a third of the transformer's time (as tests/grokbench/test_sweep.py's).
+    configs = sweep.expand_grid("fig4", [*GRID, "model=mlp", "mlp_width=16"])[:2]
     seen = []
     (outputs,) = list(executors.LocalExecutor().map([configs], on_steps=seen.append))
     assert [o.config for o in outputs] == configs

@@ -2,6 +2,7 @@
 only the face (`grokbench.cli`, the `grokbench` command) imports `figures`."""
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -13,7 +14,13 @@ FACE = "grokbench.cli"
 
 
 def _modules() -> dict[str, ast.Module]:
-    """Dotted name -> syntax tree of every module, subpackages (`tasks.quant`) included."""
+    """Dotted name -> syntax tree of every module, subpackages (`tasks.quant`) included (a new
+    dict each call; the trees, parsed once for the file's tests, are only read)."""
+    return dict(_parsed_modules())
+
+
+@functools.cache  # six tests read the same sources: parse them once
+def _parsed_modules() -> dict[str, ast.Module]:
     out = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):

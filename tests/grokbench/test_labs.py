@@ -66,6 +66,12 @@ def _printed(capsys, *paths: pathlib.Path) -> str:
     return text
 
 
+# slow: two full quant-lab commands with their figures. Fast siblings: the sweep test below
+# (the quant lab through the lab interface, its store, table and printout equal to
+# `grokbench quant`'s), tests/grokbench/test_quant.py::test_tiny_quant_run_end_to_end (`grokbench
+# quant`: lab.train, lab.write and the figures this command draws) and
+# tests/grokbench/test_cli.py::test_summary_json_contract (`grokbench run` itself).
+@pytest.mark.slow
 @pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_run_quant_recipe_is_grokbench_quant(tmp_path, capsys):
     """The same store records (hash directories and summaries), table and printout."""
@@ -87,7 +93,8 @@ def test_run_quant_recipe_is_grokbench_quant(tmp_path, capsys):
 @pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
 def test_sweep_quant_gamma_is_grokbench_quant_recipe(tmp_path, capsys, monkeypatch):
     """`sweep quant-gamma --out DIR` stores in DIR what `quant --recipe quant-gamma` stores.
-    Its figures are the test above's (drawing them would take two thirds of this test)."""
+    Its figures are the ones tests/grokbench/test_quant.py::test_tiny_quant_run_end_to_end
+    draws (drawing them would take two thirds of this test)."""
     drawn = []
     monkeypatch.setitem(commands._DRAW, "quant", lambda table, out: drawn.append(out) or [])
     quiet = ["--no-progress"]

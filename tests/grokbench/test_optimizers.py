@@ -100,8 +100,25 @@ def _laprop_reference(params, grads, lr, b1, b2, eps, wd):
     return steps
 
 
-@pytest.mark.parametrize("track_sqrt_v", [False, True])
-@pytest.mark.parametrize("dtype, rtol", [(jnp.float64, 1e-13), (jnp.float32, 2e-5)])
+def _dtype_track() -> list:
+    """Every (dtype, track_sqrt_v) pair; the fast tier keeps each dtype and each option once
+    (float64 plain, float32 tracking sqrt(v), as the engine's LaProp runs): the other two
+    pairs, [float32-2e-05-False] and [float64-1e-13-True], are their slow siblings."""
+    fast = {(jnp.float64, False), (jnp.float32, True)}
+    return [
+        pytest.param(
+            dtype,
+            rtol,
+            track,
+            marks=() if (dtype, track) in fast else pytest.mark.slow,
+            id=f"{jnp.dtype(dtype).name}-{rtol}-{track}",
+        )
+        for track in (False, True)
+        for dtype, rtol in ((jnp.float64, 1e-13), (jnp.float32, 2e-5))
+    ]
+
+
+@pytest.mark.parametrize(("dtype", "rtol", "track_sqrt_v"), _dtype_track())
 def test_laprop_matches_hand_computed_rule(dtype, rtol, track_sqrt_v):
     rng = np.random.default_rng(1)
     hyper = {"lr": 1e-2, "b1": 0.9, "b2": 0.98, "eps": 1e-3, "wd": 0.5}

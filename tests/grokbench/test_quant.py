@@ -38,14 +38,22 @@ TINY_FIELDS = {
 """The `QuantConfig` fields of TINY (the encoder's vanilla run)."""
 
 
+@pytest.fixture(scope="module")
+def _tiny_results(tmp_path_factory):
+    """The store of TINY's runs: test_tiny_quant_run_end_to_end trains them, and
+    test_other_activation_range_estimators evaluates its vanilla model (act_range is an
+    evaluation setting: the same train hash), not training it again."""
+    return tmp_path_factory.mktemp("tiny") / "results"
+
+
 @pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
-def test_tiny_quant_run_end_to_end(tmp_path, capsys):
+def test_tiny_quant_run_end_to_end(tmp_path, capsys, _tiny_results):
     """Train, evaluate, quantize, write, load from the store, then the CLI with its figures.
 
     One test, so the compiled programs are built once (the decoder's probe is covered in
     tests/tasks/test_quant_probe.py, the quick recipe with every variant is marked slow).
     """
-    results = tmp_path / "results"
+    results = _tiny_results
     table = run_quant(
         quick=False, out=tmp_path / "out", overrides=TINY, results=results, progress=False
     )
@@ -307,20 +315,20 @@ _TINY_QUICK = {
 }
 
 
-@pytest.fixture(scope="module")
-def _estimator_results(tmp_path_factory):
-    return tmp_path_factory.mktemp("estimators")  # one trained model for every estimator
-
-
+# slow: the percentile estimator's probe is a program of its own; fast siblings: the [mse]
+# case (the lab's calibration with an estimator other than running min-max, the same
+# _Runner.calibrate and evaluate) and tests/tasks/test_quant_probe.py::
+# test_probe_on_a_tiny_gated_decoder (the probe with percentiles: its per-batch plo/phi are
+# numpy's quantiles of each tap).
 @pytest.mark.fast_compile  # a smoke test (conftest.py, _fast_compile)
-@pytest.mark.parametrize("act_range", ["percentile", "mse"])
-def test_other_activation_range_estimators(_estimator_results, act_range):
+@pytest.mark.parametrize("act_range", [pytest.param("percentile", marks=pytest.mark.slow), "mse"])
+def test_other_activation_range_estimators(_tiny_results, act_range):
     tokens = [t for t in TINY if not t.startswith("variants=")] + ["variants=vanilla"]
     table = run_quant(
         quick=False,
         out=None,
         overrides=[*tokens, f"act_range={act_range}"],
-        results=_estimator_results,
+        results=_tiny_results,  # one trained model for every estimator
         progress=False,
     )
     (row,) = table["rows"]

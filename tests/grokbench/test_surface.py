@@ -11,6 +11,7 @@ internals.
 """
 
 import ast
+import functools
 import pathlib
 import re
 
@@ -34,7 +35,13 @@ def _name(path: pathlib.Path) -> str:
 
 
 def _trees(*where: str) -> dict[str, ast.Module]:
-    """Dotted name -> syntax tree of every module under `where` (directories or files)."""
+    """Dotted name -> syntax tree of every module under `where` (directories or files): a new
+    dict each call; the trees, parsed once for the file's tests, are only read."""
+    return dict(_parsed_trees(where))
+
+
+@functools.cache  # the tests read the harness four times and the layers twice: parse once
+def _parsed_trees(where: tuple[str, ...]) -> dict[str, ast.Module]:
     out = {}
     for place in where:
         path = ROOT / place
