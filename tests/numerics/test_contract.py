@@ -239,20 +239,17 @@ def test_cross_entropy_past_exact_float_indices(monkeypatch):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-# cross_entropy (with the bf16 gradient) in the fast tier; the other functions, each
-# ~40 eager primitives compiled, in the slow tier (-m slow). Their fast siblings: the
-# cross_entropy case (the same jit, vmap and eager machinery), and the eager calls of
+# The slow tier's (-m slow), every function (each ~40 eager primitives compiled, eager under
+# vmap as many again, cross_entropy's bf16 gradient eager ~60 more). Their fast siblings:
+# test_jit_and_vmap_agree_with_eager_on_small_rows below (cross_entropy eager,
+# jitted and vmapped: the same jit, vmap and eager machinery), and the eager calls of
 # logit_margin and soft_target_cross_entropy in test_nan_propagates_through_losses (each
 # function under jit against the oracle: test_random_oracle.py, and
 # test_stablemax_against_oracle here).
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
-    [
-        "cross_entropy",
-        pytest.param("logit_margin", marks=pytest.mark.slow),
-        pytest.param("stablemax_cross_entropy", marks=pytest.mark.slow),
-        pytest.param("soft_target_cross_entropy", marks=pytest.mark.slow),
-    ],
+    ["cross_entropy", "logit_margin", "stablemax_cross_entropy", "soft_target_cross_entropy"],
 )
 def test_jit_and_vmap_agree_with_eager(name):
     # Fusion may reorder a sum, so agreement is to a few ulps, not bit-for-bit.
@@ -278,7 +275,24 @@ def test_jit_and_vmap_agree_with_eager(name):
     np.testing.assert_allclose(jitted, eager, rtol=eps, atol=eps * np.abs(eager).max())
 
 
-@pytest.mark.parametrize("dtype", [BF16, np.float16, F32], ids=str)
+def test_jit_and_vmap_agree_with_eager_on_small_rows():
+    # The fast tier's share of the test above: cross_entropy eager, under jit and vmapped,
+    # within the same 4 ulps of the dtype, on (2, 3) logits in x64's default float64, the
+    # shapes and dtypes of test_nan_propagates_through_losses, whose eager programs this
+    # reuses (the vmap under jit here: one program, not one per batched primitive).
+    z = jax.random.normal(jax.random.key(0), (2, 3), jnp.float64)
+    t = jnp.array([0, 2])
+    eager = np.asarray(numerics.cross_entropy(z, t))
+    for other in (jax.jit(numerics.cross_entropy), jax.jit(jax.vmap(numerics.cross_entropy))):
+        np.testing.assert_allclose(
+            np.asarray(other(z, t)), eager, rtol=4 * np.finfo(np.float64).eps
+        )
+
+
+# slow: float16; fast sibling: the bfloat16 case (the same 16-bit path of the same formulas)
+@pytest.mark.parametrize(
+    "dtype", [BF16, pytest.param(np.float16, marks=pytest.mark.slow), F32], ids=str
+)
 def test_standard_is_jax_nn_and_optax_bit_for_bit(dtype):
     z = (3 * jax.random.normal(jax.random.key(1), (5, 7))).astype(dtype)
     t = jnp.array([0, 1, 6, 3, 2])

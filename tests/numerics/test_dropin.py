@@ -128,12 +128,12 @@ def _matrix(dtypes, default):
     ]
 
 
-# Only (_ce, float64) in the fast tier (each case compiles ~15 programs, 2.5 to 4 s); the
-# others, (_soft_both, float32) included, in the slow tier (-m slow). Their fast siblings:
+# The slow tier's, every case (each compiles ~15 programs, 2.5 to 4 s). Their fast siblings:
 # test_jvp_jacfwd_and_hessian_agree_with_the_peers (every function's first and second
-# derivatives in both modes, float64) and test_sixteen_bit_derivatives_match_float64
-# (_soft_both's first and second order in float16).
-@pytest.mark.parametrize(("fn", "dtype"), _matrix([F64, F32], {(_ce, F64)}))
+# derivatives in both modes, float64: jvp, jacfwd, jacrev, the Hessian and Hessian-vector
+# products through the custom rules) and test_sixteen_bit_derivatives_match_float64
+# (cross_entropy's and _soft_both's first and second order, reverse over forward too).
+@pytest.mark.parametrize(("fn", "dtype"), _matrix([F64, F32], set()))
 def test_check_grads_to_order_two_in_both_modes(fn, dtype):
     # jit: each derivative compiles once instead of dispatching op by op.
     check_grads(
@@ -262,7 +262,9 @@ X4 = np.cos(np.arange(2 * 3 * 4 * 5)).reshape(2, 3, 4, 5) * 3
     "axis",
     [
         (3, 2),
-        (3, 1),
+        # slow: (3, 1); fast siblings: (3, 2) (two axes in reverse order, the bug's case) and
+        # (3, 1, 0) (reversed and not adjacent)
+        pytest.param((3, 1), marks=pytest.mark.slow),
         (3, 1, 0),
         # (3, 2) with negative indices, and a sorted pair: the slow tier's (-m slow).
         pytest.param((-1, -2), marks=pytest.mark.slow),
@@ -311,11 +313,24 @@ def _soft_both_ways(student, teacher, where):
     return run(student, teacher)
 
 
+ENTRIES = np.array([[True, True, False, True], [False, True, True, True]])
+
+
+# slow: an entry mask and two row masks; fast sibling: ..._an_entry_and_a_row_mask below (the
+# entry mask and the row mask with a padding row, the same assertions)
+@pytest.mark.slow
 def test_soft_target_where_masks_entries_and_rows_as_optax():
+    _check_soft_target_where(ENTRIES, np.array([True, True]), np.array([True, False]))
+
+
+def test_soft_target_where_masks_an_entry_and_a_row_mask_as_optax():
+    _check_soft_target_where(ENTRIES, np.array([True, False]))
+
+
+def _check_soft_target_where(*masks):
     student = jnp.asarray(Z, F32)
     teacher = jnp.asarray(TEACHER, F32)
-    entries = jnp.array([[True, True, False, True], [False, True, True, True]])
-    for where in (entries, jnp.array([True, True]), jnp.array([True, False])):
+    for where in map(jnp.asarray, masks):
         ours, theirs = _soft_both_ways(student, teacher, where)
         padding = ~np.asarray(jnp.broadcast_to(where.reshape(2, -1), (2, 4)).any(-1))
         for got, want in zip(ours, theirs, strict=True):

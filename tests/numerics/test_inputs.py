@@ -71,6 +71,10 @@ def test_python_lists_are_array_likes_with_x64(call):
     np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))
 
 
+# slow; fast siblings: test_python_lists_are_array_likes_with_x64[cross_entropy] and
+# test_float32_and_python_lists_work_without_x64[cross_entropy] (Python lists as logits and
+# labels, the same conversion, against the arrays' result)
+@pytest.mark.slow
 def test_the_reported_call_works():
     """issue 18: `cross_entropy([1., 2., 3.], 0)` raised numpy's 'Field elements must be ...'."""
     np.testing.assert_allclose(

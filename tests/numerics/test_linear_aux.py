@@ -52,13 +52,14 @@ from tests.numerics.test_per_token import (
     log_prob_bounds,
     offset_rows,
 )
-from tests.tiers import BF16_AND_F32
+from tests.tiers import FAST_DTYPES
 from tests.tolerances import BF16, DTYPES, F32, F64, ULPS
 
 CHUNK_ULPS = 1.5  # as tests/numerics/test_linear_cross_entropy.py
 
-# The fast tier runs every dtype in test_every_output_against_mpmath (the oracle test); the
-# other dtype sweeps keep bf16 there and run their other dtypes in the slow tier (-m slow).
+# The fast tier runs bf16 and float32 in test_every_output_against_mpmath_up_to_k_100 (the
+# oracle test); the other dtype sweeps keep bf16 there and run their other dtypes in the slow
+# tier (-m slow).
 BF16_FAST = [BF16] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES if d != BF16]
 FLOOR = -30000.0  # stands for -inf in hidden (-inf * 0 in the identity's dot would be NaN)
 
@@ -168,8 +169,8 @@ def _finite(z):
 
 
 @functools.cache
-def _hard(dtype):
-    z, labels = _hard_rows(dtype)
+def _hard(dtype, max_k=1000):
+    z, labels = _hard_rows(dtype, max_k)
     return _finite(z), labels
 
 
@@ -238,7 +239,9 @@ def check_aux(z, labels, dtype, chunk, out=None, **kw):
 # -- against mpmath, per entry ---------------------------------------------------------------
 
 
-@BF16_AND_F32
+# slow: every dtype, K up to 1000 in chunks of 96; fast sibling: ..._up_to_k_100 below (bf16 and
+# float32, the two paths: the same call and bounds on every hard case but K = 1000)
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_output_against_mpmath(dtype):
     # numerics.testing's hard cases up to K = 1000 (margins to 40, ties, near-ties, a 1e4
@@ -247,8 +250,31 @@ def test_every_output_against_mpmath(dtype):
     check_aux(z, labels, np.dtype(dtype), 96)
 
 
-@pytest.mark.parametrize("dtype", [BF16, F32, pytest.param(F64, marks=pytest.mark.slow)], ids=str)
+@pytest.mark.parametrize("dtype", FAST_DTYPES, ids=str)
+def test_every_output_against_mpmath_up_to_k_100(dtype):
+    # The hard cases up to K = 100 (all but K = 1000's), chunks of 16: 7 chunks, the last
+    # partial.
+    z, labels = _hard(np.dtype(dtype), 100)
+    check_aux(z, labels, np.dtype(dtype), 16)
+
+
+# slow: every dtype, K up to 1000 in chunks of 96; fast sibling: ..._up_to_k_100[float32] below
+# (the same fused call, blocks and slices, and bounds, on the hard cases to K = 100)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [BF16, F32, F64], ids=str)
 def test_every_output_against_mpmath_on_the_fused_path(dtype, monkeypatch):
+    _check_fused_path(dtype, monkeypatch, 1000, 96)
+
+
+# float32 here (the native path); bf16's case is the slow tier's, its fast siblings float32
+# here (the outputs from the blocks' statistics) and tests/numerics/test_linear_cross_entropy.py
+# ::test_fused_gradients_on_one_layout[bfloat16-plain] (bf16's fused path, native dots)
+@pytest.mark.parametrize("dtype", [pytest.param(BF16, marks=pytest.mark.slow), F32], ids=str)
+def test_every_output_against_mpmath_on_the_fused_path_up_to_k_100(dtype, monkeypatch):
+    _check_fused_path(dtype, monkeypatch, 100, 16)
+
+
+def _check_fused_path(dtype, monkeypatch, max_k, chunk):
     # reduction "sum" (bf16 where its dots run native, fp32, fp64): the fused path, its rows
     # in blocks of 16 and its statistics 4 rows at a time (2 in float64), so both split the
     # hard rows; the outputs from the block's statistics, d log_prob and d entropy through
@@ -259,10 +285,10 @@ def test_every_output_against_mpmath_on_the_fused_path(dtype, monkeypatch):
     if not _linear.fused_dtype(dtype):
         pytest.skip("bfloat16 dots converted to float32 here: the recompute path")
     monkeypatch.setattr(_linear, "MIN_BLOCK_ROWS", 16)
-    monkeypatch.setattr(_linear, "SLICE_BYTES", 4 * 4 * 96)
-    z, labels = _hard(np.dtype(dtype))
-    assert _linear.block_rows(z.shape[0], z.shape[1], 96, z.shape[1]) == 16 < z.shape[0]
-    check_aux(z, labels, np.dtype(dtype), 96, reduction="sum")
+    monkeypatch.setattr(_linear, "SLICE_BYTES", 4 * 4 * chunk)
+    z, labels = _hard(np.dtype(dtype), max_k)
+    assert _linear.block_rows(z.shape[0], z.shape[1], chunk, z.shape[1]) == 16 < z.shape[0]
+    check_aux(z, labels, np.dtype(dtype), chunk, reduction="sum")
 
 
 @pytest.mark.parametrize(("objective", "count"), [("logged", 3), ("policy", 4), ("per_row", 4)])
@@ -291,6 +317,10 @@ def test_the_outputs_add_no_matmul_unless_differentiated(objective, count):
     assert len(re.findall(r"= \S+ dot\(", text)) == count
 
 
+# slow: every dtype (bf16 too); fast sibling: test_every_output_against_mpmath_up_to_k_100[
+# bfloat16] (the same call, chunks with a partial last one, and `check_aux` bounds, on the
+# hard rows)
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_logits_up_to_640(dtype):
     # marin #8217: bf16 logits forward, float32 backward, 85.8 % softmax error at |z| 640.
@@ -319,8 +349,9 @@ def _sweep(k, chunk):
 
 
 # The exhaustive sweep is the slow tier's; its fast siblings are
-# test_every_output_against_mpmath[bfloat16] (the hard rows: margins to 40 across 11 chunks)
-# and tests/numerics/test_per_token.py's every-bf16-margin sweep of the materialized path.
+# test_every_output_against_mpmath_up_to_k_100[bfloat16] (the hard rows: margins to 40 across
+# 7 chunks) and tests/numerics/test_per_token.py's sweep of every bf16 margin of the binades
+# that matter (the materialized path).
 @pytest.mark.slow
 @pytest.mark.parametrize(("k", "chunk"), [(2, 1), (32, 8)])
 def test_every_bf16_margin(k, chunk):
@@ -366,6 +397,13 @@ def test_every_bf16_margin(k, chunk):
 # -- the peers' failure modes ---------------------------------------------------------------
 
 
+# slow: every dtype (bf16 too); fast siblings: tests/numerics/test_linear_cross_entropy.py::
+# test_bias_matches_the_materialized_head_with_a_bias (the bias added to each chunk's logits,
+# its gradient: bf16 and float32), test_every_output_against_mpmath_up_to_k_100[bfloat16]
+# (every output and its gradient through the same chunks, a 1e4 offset among the hard rows)
+# and tests/numerics/test_per_token.py's standard formulas failing in bf16 (the standard
+# entropy's cancellation)
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_common_offset_of_1e4_through_the_bias(dtype):
     # PyTorch #195829: a wrong loss when every logit shares a large offset. The offset is
@@ -450,25 +488,37 @@ def _run_aux(hidden, weight, labels, **kw):
         return jax.device_get(run(jnp.asarray(hidden), jnp.asarray(weight), jnp.asarray(labels)))
 
 
+# slow: every dtype (bf16 too), chunks 1, 7, 37 and 64; fast sibling: test_chunk_size_invariance_
+# of_two_chunkings (bf16, chunks 1 and 7: full chunks only, and full chunks with a partial
+# last one, the same bounds, the tie across chunks)
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_chunk_size_invariance(dtype):
+    # Chunks 1 (every column its own chunk), 7 (partial), 37 (one chunk) and 64 (capped at V).
+    _check_chunk_size_invariance(dtype, (1, 7, 37, 64), ((1, 7), (7, 37), (1, 64)))
+
+
+def test_chunk_size_invariance_of_two_chunkings():
+    _check_chunk_size_invariance(BF16, (1, 7), ((1, 7),))
+
+
+def _check_chunk_size_invariance(dtype, chunks, pairs):
     # Each chunk size's outputs lie within their oracle bounds (check_aux, the bounds grow
     # with log2 of the number of chunks), so two chunk sizes agree within the sum of both
-    # bounds; argmax is exact and so equal. Chunks 1 (every column its own chunk), 7
-    # (partial), 37 (one chunk) and 64 (capped at V).
+    # bounds; argmax is exact and so equal.
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(9)
     z = (rng.standard_normal((8, 37)) * 6).astype(dtype)
     z[0, 3] = z[0, 30] = np.max(z[0]) + 1  # a tie across chunks: the first index wins
     labels = rng.integers(0, 37, 8).astype(np.int32)
-    chunks = (1, 7, 37, 64)  # all four in one program
+    # every chunk size in one program
     outs = {
         c: check_aux(z, labels, dtype, c, out)
         for c, out in zip(chunks, _identity_calls(z, labels, chunks), strict=True)
     }
     exact_lp, _, exact_h, _, _ = exact_outputs(z, labels)
     assert outs[1][1]["argmax"][0] == 3
-    for a, b in ((1, 7), (7, 37), (1, 64)):
+    for a, b in pairs:
         for key, exact, bounds in (
             (
                 "log_prob",
@@ -491,9 +541,10 @@ def test_chunk_size_invariance(dtype):
         np.testing.assert_array_equal(outs[a][1]["argmax"], outs[b][1]["argmax"])
 
 
-# The slow tier's (-m slow); its fast sibling is test_reduction_none_gradients_are_per_row
-# (each row's gradients alone and in the batch, bit for bit, on exact logits), with
-# test_z_loss_weight_zero_adds_nothing running this test's program (_run_aux, 8 rows).
+# The slow tier's (-m slow), as test_reduction_none_gradients_are_per_row (each row's
+# gradients alone and in the batch, bit for bit, on exact logits); the fast siblings: the
+# return_aux calls on batches of rows, test_every_output_against_mpmath_up_to_k_100 (every
+# row's outputs and gradient rows within their own bounds).
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
 def test_batch_invariance(dtype):
@@ -514,7 +565,13 @@ def test_batch_invariance(dtype):
         np.testing.assert_array_equal(a[1][key][2], alone[1][key][0], err_msg=key)
 
 
-@pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
+# slow; fast siblings: test_the_rl_example_fast (per-row cotangents into log_prob, -advantage
+# / n, with reduction "none": bf16, held to the materialized path's gradients),
+# test_every_output_against_mpmath_up_to_k_100 (cotangents into log_prob and entropy) and
+# tests/numerics/test_linear_cross_entropy.py::test_a_scalar_of_per_row_losses_keeps_per_row_
+# cotangents (per-row cotangents of the losses against the exact gradient)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
 def test_reduction_none_gradients_are_per_row(dtype):
     # Liger #968: wrong gradients with reduction='none'. With a cotangent c per row, row i
     # of d hidden is c_i times the gradient of row i alone, for the loss and for each
@@ -552,6 +609,11 @@ def test_reduction_none_gradients_are_per_row(dtype):
         np.testing.assert_array_equal(np.asarray(batch[key], np.float64), scaled, err_msg=key)
 
 
+# slow; fast siblings: every other call with z_loss left at its default 0.0 (the weight-0 path:
+# no z-loss term, z_loss outputs 0) and test_materialized_aux_matches_the_chunked[bfloat16]
+# (z_loss=1e-3 with return_aux in bf16: the loss and the z_loss output against the
+# materialized ones); d weight of the aux outputs: test_the_rl_example_fast
+@pytest.mark.slow
 def test_z_loss_weight_zero_adds_nothing():
     # OLMo-core #702: the z-loss added when switched off. Weight 0 gives the loss and the
     # gradients of no z-loss bit for bit and a z_loss output of exact zeros; weight w gives
@@ -620,8 +682,8 @@ def test_soft_cap_is_applied(dtype):
 # The slow tier's (-m slow); its fast siblings: test_temperature_divides_the_capped_logits
 # (cap and temperature in float64 against the oracle), test_capped_and_tempered_peaked_rows_
 # keep_their_entropy (the entropy's gradient under both against the oracle's chain rule),
-# test_common_offset_of_1e4_through_the_bias (a bias, its gradient) and
-# test_z_loss_weight_zero_adds_nothing (d weight of the aux outputs).
+# tests/numerics/test_linear_cross_entropy.py::test_bias_matches_the_materialized_head_with_a_
+# bias (a bias, its gradient) and test_the_rl_example_fast (d weight of the aux outputs).
 @pytest.mark.slow
 def test_policy_gradient_matches_the_materialized_path_and_finite_differences():
     # In float64: the gradient of sum(adv * log_prob) - beta sum(entropy) + lse with
@@ -730,6 +792,9 @@ def test_capped_and_tempered_peaked_rows_keep_their_entropy(dtype):
     )
 
 
+# slow; fast sibling: test_every_output_against_mpmath_up_to_k_100[float32] (the same call and
+# path, chunks with the entropy's shift term scaled, float32)
+@pytest.mark.slow
 def test_logits_near_the_largest_float_stay_finite():
     # Logits [4e37, 0 x 31] in chunks of 8: the entropy's shift term (M - m_c)(1 + r_c) of
     # a chunk of zeros is 4e37 x 8 = inf in float32, times its scale e^(m_c - M) = 0: NaN,
@@ -812,6 +877,12 @@ def test_accumulation_dtype_buys_its_stated_error(dtype):
         assert np.max(e64) <= np.max(e32)
 
 
+# slow; fast siblings: every other call with these at their defaults (accumulation_dtype None,
+# temperature 1, return_aux False: the branches the explicit values take), in bf16
+# test_fused_gradients_on_one_layout[bfloat16-plain] (reduction "sum") in
+# tests/numerics/test_linear_cross_entropy.py, and return_aux's loss, -log_prob bit for bit:
+# test_every_output_against_mpmath_up_to_k_100[bfloat16]
+@pytest.mark.slow
 def test_default_accumulation_is_the_unchanged_path():
     # accumulation_dtype None and float32 (for fp32 inputs), temperature 1 and return_aux
     # False take the path that existed before them: bit-identical losses and gradients;
@@ -836,6 +907,11 @@ def test_default_accumulation_is_the_unchanged_path():
 # -- masks, the materialized path, errors ---------------------------------------------------
 
 
+# slow; fast siblings: test_the_rl_example_fast (return_aux under a `where` mask, bf16, its
+# gradients held to the masked materialized path's) and tests/numerics/
+# test_linear_cross_entropy.py::test_batch_shapes_jit_vmap_and_reductions (ignore_index gives
+# `where`'s losses and gradients bit for bit, masked positions 0)
+@pytest.mark.slow
 def test_masked_positions_give_zero_outputs_and_gradients():
     hidden, weight, labels = _exact_case(F32, n=6, seed=7)
     where = np.array([True, False, True, True, False, True])
@@ -859,7 +935,8 @@ def test_masked_positions_give_zero_outputs_and_gradients():
 
 
 # float32 is the slow tier's (-m slow); its fast siblings: bf16 here and
-# test_every_output_against_mpmath[float32] (the chunked outputs against the oracle).
+# test_every_output_against_mpmath_up_to_k_100[float32] (the chunked outputs against the
+# oracle).
 @pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
 def test_materialized_aux_matches_the_chunked(dtype):
     # cross_entropy(..., return_aux=True) on the same (exact) logits: both compute in

@@ -113,7 +113,12 @@ def _dot_ulps(got, want, size, dtype, forgiven=0.0):
 # (V, chunk): V not a multiple of the chunk (targets in the first, a middle and the last,
 # partial, chunk, its last column included), one chunk, V = 1.
 LAYOUTS = [(37, 8), (37, 64), (1, 4)]
-FAST = {(F16, "all"), (F64, "all")}  # the rest: -m slow (every dtype runs by default below)
+# The fast tier's one layout (`test_chunked_matches_materialized_on_one_layout`,
+# `test_fused_gradients_on_one_layout`): V not a multiple of the chunk (chunks 16, 16 and a
+# partial 5; targets in the first, a middle and the last chunk, its last column included)
+# and, on the fused path, blocks of 3 rows with 2 left over. Every case over every layout is
+# the slow tier's.
+ONE_LAYOUT = [(37, 16)]
 
 
 def _dtypes(fast):
@@ -125,13 +130,11 @@ def _dtypes(fast):
 
 
 def _matrix():
+    # slow: every case, over every layout; fast siblings: test_chunked_matches_materialized_
+    # on_one_layout[bfloat16-plain] and [float64-all] (the 16-bit and the native path; every
+    # option in 16 bits: test_weight_and_hidden_gradients_against_mpmath[bfloat16])
     return [
-        pytest.param(
-            dtype,
-            opts,
-            marks=() if (dtype, name) in FAST else pytest.mark.slow,
-            id=f"{np.dtype(dtype).name}-{name}",
-        )
+        pytest.param(dtype, opts, marks=pytest.mark.slow, id=f"{np.dtype(dtype).name}-{name}")
         for dtype in DTYPES
         for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
     ]
@@ -246,14 +249,13 @@ def _assert_within(checks, where):
         )
 
 
-@pytest.mark.parametrize(("dtype", "opts"), _matrix())
-def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
+def _check_across_chunk_boundaries(dtype, opts, layouts):
     # The gradients' error model: `_across_chunk_boundaries`.
     dtype = np.dtype(dtype)
     value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
-    with jax.enable_x64(dtype == F64):  # the three layouts in one program
-        outs = _both_many(dtype, [(*_layout_inputs(dtype, v, c), c) for v, c in LAYOUTS], opts)
-    for (v, chunk), out in zip(LAYOUTS, outs, strict=True):
+    with jax.enable_x64(dtype == F64):  # the layouts in one program
+        outs = _both_many(dtype, [(*_layout_inputs(dtype, v, c), c) for v, c in layouts], opts)
+    for (v, chunk), out in zip(layouts, outs, strict=True):
         (loss, dh, dw), loss_m, checks = _across_chunk_boundaries(dtype, opts, v, chunk, out=out)
         assert loss.dtype == dh.dtype == dw.dtype == dtype
         where = f"V={v} chunk={chunk}"
@@ -262,29 +264,26 @@ def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
         _assert_within(checks, where)
 
 
-# The fast tier's cases: the fused path at a native width with every option (float64) and
-# bfloat16's without. float32 shares float64's path; `aux` (the outputs computed, unused) is
-# the slow tier's here, and its fast siblings are tests/numerics/test_linear_aux.py's
-# `test_every_output_against_mpmath_on_the_fused_path` (bfloat16 and float32).
-FUSED_FAST = {(F64, "all", False), (BF16, "plain", False)}
+@pytest.mark.parametrize(("dtype", "opts"), _matrix())
+def test_chunked_matches_materialized_across_chunk_boundaries(dtype, opts):
+    _check_across_chunk_boundaries(dtype, opts, LAYOUTS)
 
 
 @pytest.mark.parametrize(
-    ("dtype", "opts", "aux"),
-    [  # float16 takes the recompute path (`numerics._linear.fused_dtype`)
-        pytest.param(
-            dtype,
-            opts,
-            aux,
-            marks=() if (dtype, name, aux) in FUSED_FAST else pytest.mark.slow,
-            id=f"{np.dtype(dtype).name}-{name}{'-aux' if aux else ''}",
-        )
-        for aux in (False, True)
-        for dtype in (F32, F64, BF16)
-        for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
+    ("dtype", "opts"),
+    [
+        pytest.param(BF16, OPTIONS[0], id="bfloat16-plain"),
+        pytest.param(F64, OPTIONS[-1], id="float64-all"),
     ],
 )
-def test_fused_gradients_have_the_chunked_error_model(dtype, opts, aux, monkeypatch):
+def test_chunked_matches_materialized_on_one_layout(dtype, opts):
+    # The fast tier's share of the test above (-m slow): the 16-bit path (computed in
+    # float32) and the native one with every option, on ONE_LAYOUT, the same bounds. (Their
+    # programs are test_fused_gradients_on_one_layout's recompute and materialized ones.)
+    _check_across_chunk_boundaries(dtype, opts, ONE_LAYOUT)
+
+
+def _check_fused(dtype, opts, aux, layouts, monkeypatch):
     # reduction "sum" (and "mean") of float32 / float64 inputs, and of bfloat16 where its
     # dots run native: the gradients are computed in the forward pass, the rows in blocks of
     # R = N chunk / V (the least block size lowered to 1 so that these small layouts split:
@@ -301,7 +300,7 @@ def test_fused_gradients_have_the_chunked_error_model(dtype, opts, aux, monkeypa
     monkeypatch.setattr(_linear, "SLICE_BYTES", 1)
     dtype = np.dtype(dtype)
     value = 2 * ULPS["value"][dtype] + CHUNK_ULPS + 2 * testing.OPTION_ULPS["value"]
-    for v, chunk in [*LAYOUTS, (37, 16)]:
+    for v, chunk in layouts:
         (total, dh, dw), loss_m, checks = _across_chunk_boundaries(
             dtype, opts, v, chunk, fused=True, aux=aux
         )
@@ -311,6 +310,45 @@ def test_fused_gradients_have_the_chunked_error_model(dtype, opts, aux, monkeypa
         bound = (1 if dtype.itemsize == 2 else value) + 3
         assert_ulp_close(total, np.asarray(loss_m, np.float64).sum(), bound, dtype, err_msg=where)
         _assert_within(checks, where)
+
+
+# slow: every case, over every layout. Fast siblings: test_fused_gradients_on_one_layout
+# (the fused path at a native width with every option, float64, and bfloat16's without; float32
+# shares float64's path) and, for `aux` (the outputs computed, unused), tests/numerics/
+# test_linear_aux.py's `test_every_output_against_mpmath_on_the_fused_path_up_to_k_100`
+# (float32: return_aux on the fused path, its outputs from the blocks' statistics).
+@pytest.mark.parametrize(
+    ("dtype", "opts", "aux"),
+    [  # float16 takes the recompute path (`numerics._linear.fused_dtype`)
+        pytest.param(
+            dtype,
+            opts,
+            aux,
+            marks=pytest.mark.slow,
+            id=f"{np.dtype(dtype).name}-{name}{'-aux' if aux else ''}",
+        )
+        for aux in (False, True)
+        for dtype in (F32, F64, BF16)
+        for opts, name in zip(OPTIONS, OPTION_IDS, strict=True)
+    ],
+)
+def test_fused_gradients_have_the_chunked_error_model(dtype, opts, aux, monkeypatch):
+    _check_fused(dtype, opts, aux, [*LAYOUTS, *ONE_LAYOUT], monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "opts"),
+    [
+        pytest.param(F64, OPTIONS[-1], id="float64-all"),
+        pytest.param(BF16, OPTIONS[0], id="bfloat16-plain"),
+    ],
+)
+def test_fused_gradients_on_one_layout(dtype, opts, monkeypatch):
+    # The fast tier's share of the test above (-m slow): its former fast cases, float64 with
+    # every option and bfloat16 without, on ONE_LAYOUT (blocks of 3 rows, 2 left over), the
+    # same bounds. (Its recompute and materialized program is that of
+    # test_chunked_matches_materialized_on_one_layout's same case: loaded, not compiled.)
+    _check_fused(dtype, opts, False, ONE_LAYOUT, monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", _dtypes({BF16}))
@@ -352,7 +390,10 @@ def test_weight_and_hidden_gradients_against_mpmath(dtype):
         assert ulps.max() <= grad + np.log2(k), (ulps.max(), grad + np.log2(k))
 
 
-@pytest.mark.parametrize("dtype", _dtypes({BF16}))  # float32's fast sibling: the bias test's
+# slow: every dtype. Fast siblings: tests/grokbench/test_audit_cli.py::test_linear_cross_
+# entropy_audits_as_linear_ce (this check of linear_cross_entropy, bf16, quick, through the CLI:
+# exit 0 is assert_ok) and check_linear_cross_entropy's doctest (the same, fp32).
+@pytest.mark.parametrize("dtype", _dtypes(set()))
 def test_linear_check_passes_in_every_dtype(dtype):
     # The audit's check: margins around the cliff and to underflow through the identity
     # weight, random rows up to K = 100 (quick).
@@ -590,7 +631,12 @@ def test_bad_input_raises_one_clear_error():
     assert f(h, w, jnp.array([0, -100]), ignore_index=-100)[1] == 0
 
 
-@pytest.mark.parametrize("dtype", [BF16, pytest.param(F16, marks=pytest.mark.slow)], ids=str)
+# slow; fast sibling: test_fused_gradients_on_one_layout[bfloat16-plain] (a bf16 loss reduced
+# over the rows, "sum": its loss and gradients of bf16, the sum formed in float32 and rounded
+# once, held to the chunked path's bounds) and test_batch_shapes_jit_vmap_and_reductions
+# ("mean", float32)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=str)
 def test_sixteen_bit_inputs_keep_their_dtype_and_use_float32_inside(dtype):
     hidden, weight = _case(np.dtype(dtype), 4, 8, 9, 2)
     labels = jnp.array([0, 3, 8, 4])

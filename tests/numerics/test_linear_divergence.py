@@ -169,14 +169,19 @@ def _note(worst, key, ulps, bound):
 
 
 def _chunk_cases():
-    """Every chunk size in bf16 and chunk 7 (a partial last chunk) in the other dtypes in the
-    fast tier, float16's and float64's in the slow one (@BF16_AND_F32: their paths are
-    bfloat16's and float32's); the other dtypes' chunks 8 (divides V) and 64 (one chunk,
-    capped at V) in the slow tier (-m slow): their fast siblings are the bf16 case (the
-    chunking does not branch on dtype) and chunk 7 in float32."""
+    """Chunk 7 (a partial last chunk) in bf16 and float32 in the fast tier, float16's and
+    float64's in the slow one (@BF16_AND_F32: their paths are bfloat16's and float32's); the
+    chunks 8 (divides V) and 64 (one chunk, capped at V) in the slow tier (-m slow), bf16's
+    with chunk 7 again ("all"). Their fast siblings: chunk 7 here (the scan over the full
+    chunks, as at 8 and 64, and the static step for the rest) and
+    test_exact_zero_at_the_teacher_once_per_form (kl at chunk_size = V: one full
+    chunk and no rest, the path of 64 capped at V and of 8, which divides V)."""
     for d in DTYPES:
         if d == BF16:
-            yield pytest.param(d, CHUNKS, id=f"{np.dtype(d).name}-all")
+            # slow: every chunk in bf16; fast sibling: bfloat16-7 below and the exact zero's
+            # one-chunk calls (docstring)
+            yield pytest.param(d, CHUNKS, id=f"{np.dtype(d).name}-all", marks=pytest.mark.slow)
+            yield pytest.param(d, ("7",), id=f"{np.dtype(d).name}-7")
         else:
             yield pytest.param(d, ("7",), id=f"{np.dtype(d).name}-7")
             yield pytest.param(
@@ -215,7 +220,8 @@ def test_chunked_matches_materialized(dtype, chunks):
     print(dtype, worst)  # the worst (ulps, bound) per form and quantity, shown with -s
 
 
-@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+# slow: float64; fast sibling: test_against_mpmath[float32] (the same native path and bounds)
+@pytest.mark.parametrize("dtype", [F32, pytest.param(F64, marks=pytest.mark.slow)], ids=str)
 def test_against_mpmath(dtype):
     """Chunked (chunk 7: five full chunks and a partial one) against the oracle's exact
     values on the same exact logits: B + the chunk extra for the value, and G + extra +
@@ -241,27 +247,40 @@ def test_against_mpmath(dtype):
             assert ulps.max() <= limit + np.log2(k), (form, what, float(ulps.max()))
 
 
+ZERO_VARIANTS = ("T=3 sum", "T=1 none", "T=3 where mean")
+ALL_ZERO_PATHS = tuple((form, variant) for form in FORMS for variant in ZERO_VARIANTS)
+# The fast tier's: each form once (`test_exact_zero_at_the_teacher_once_per_form`), the mask,
+# "mean", T = 3 and T = 1 in one chunk among them, and the top-k form ("sum"); every pair in
+# every dtype is the slow tier's.
+ONCE_ZERO_PATHS = (("kl", "T=1 none"), ("js", "T=3 where mean"))
+
+
 @functools.cache
-def _zero_program():
-    """Value and gradients at student == teacher: per form at T = 3 (not a power of two)
-    over chunks of 7 (a partial last one), at T = 1 in one chunk per row reduced "none",
-    and masked with "mean"; and the top-k form on `flat`, a head whose logits are all
-    equal (`rows` @ `flat`), with the student's own log-probabilities as stored ones."""
+def _zero_program(paths=ALL_ZERO_PATHS):
+    """Value and gradients at student == teacher: per (form, variant) of `paths`, at T = 3
+    (not a power of two) over chunks of 7 (a partial last one), at T = 1 in one chunk per
+    row reduced "none", and masked with "mean"; and the top-k form on `flat`, a head whose
+    logits are all equal (`rows` @ `flat`), with the student's own log-probabilities as
+    stored ones."""
 
     def run(h, w, where, rows, flat):
         out = {}
-        for form, (fused, _) in FORMS.items():
+        for form, variant in paths:
+            fused = FORMS[form][0]
             f3 = functools.partial(fused, temperature=3.0, chunk_size=7)
             f1 = functools.partial(fused, chunk_size=V)
-            out[form, "T=3 sum"] = jax.value_and_grad(
-                lambda h, w, f=f3: f(h, w, h, w, reduction="sum"), (0, 1)
-            )(h, w)
-            out[form, "T=1 none"] = jax.vjp(lambda h, w, f=f1: f(h, w, h, w), h, w)[1](
-                jnp.ones(h.shape[:-1], h.dtype)
-            )
-            out[form, "T=3 where mean"] = jax.value_and_grad(
-                lambda h, w, f=f3: f(h, w, h, w, where=where, reduction="mean"), (0, 1)
-            )(h, w)
+            if variant == "T=3 sum":
+                out[form, variant] = jax.value_and_grad(
+                    lambda h, w, f=f3: f(h, w, h, w, reduction="sum"), (0, 1)
+                )(h, w)
+            elif variant == "T=1 none":
+                out[form, variant] = jax.vjp(lambda h, w, f=f1: f(h, w, h, w), h, w)[1](
+                    jnp.ones(h.shape[:-1], h.dtype)
+                )
+            else:
+                out[form, variant] = jax.value_and_grad(
+                    lambda h, w, f=f3: f(h, w, h, w, where=where, reduction="mean"), (0, 1)
+                )(h, w)
         idx = jnp.broadcast_to(jnp.arange(0, V, 9, dtype=jnp.int32), (rows.shape[0], 5))
         own = student_topk_log_probs(rows, flat, idx, jnp.asarray(3.0, _acc(h.dtype)), 7)[0]
         out["topk", "T=3 sum"] = jax.value_and_grad(
@@ -275,15 +294,21 @@ def _zero_program():
     return jax.jit(run)
 
 
-# bf16 in the fast tier (one compile of the seven-path program per dtype: 4 s each); the
-# other dtypes are the slow tier's, their fast siblings test_exact_zero_at_the_teacher[bfloat16]
-# and test_chunked_matches_materialized in that dtype.
-@pytest.mark.parametrize(
-    "dtype",
-    [BF16] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES if d != BF16],
-    ids=str,
-)
+# The slow tier's, every dtype (one compile of the seven-path program per dtype: 4 s each);
+# fast siblings: test_exact_zero_at_the_teacher_once_per_form (bf16: each form, the mask,
+# T = 1 and 3, and the top-k form with "sum", the same assertions), test_where_and_reductions
+# ("sum" and "mean" of the kl form) and test_chunked_matches_materialized in each dtype.
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_exact_zero_at_the_teacher(dtype):
+    _check_exact_zero(dtype, ALL_ZERO_PATHS)
+
+
+def test_exact_zero_at_the_teacher_once_per_form():
+    _check_exact_zero(BF16, ONCE_ZERO_PATHS)
+
+
+def _check_exact_zero(dtype, paths):
     # General (not dyadic) entries: the logits round; student == teacher still gives
     # exactly 0, value and gradients, at T = 1 and T = 3, with a mask. The top-k form is
     # exactly 0 where the stored log-probabilities are bit for bit the student's own, which
@@ -298,8 +323,8 @@ def test_exact_zero_at_the_teacher(dtype):
     where = np.array([[True, False, True], [True, True, True]])
     with jax.enable_x64(np.dtype(dtype) == F64):
         args = map(jnp.asarray, (h, w, where, rows, flat))
-        got = jax.device_get(_zero_program()(*args))
-    assert len(got) == 7
+        got = jax.device_get(_zero_program(paths)(*args))
+    assert len(got) == len(paths) + 1
     for key, out in got.items():
         for leaf in jax.tree.leaves(out):
             assert leaf.dtype == dtype and not np.any(leaf.astype(np.float64)), key
@@ -361,6 +386,10 @@ def test_teacher_gets_no_gradient():
     assert not any(np.any(g) for g in grads)
 
 
+# slow; fast siblings: test_exact_zero_at_the_teacher_once_per_form (student and
+# teacher of one hidden size: every call through `_both_logits`' stacked product, both forms,
+# its values and gradients exact) and test_forward_mode_raises below (the jvp part)
+@pytest.mark.slow
 def test_equal_hidden_sizes_take_the_stacked_product():
     # D_S == D_T goes through one batched product (`_both_logits`): the teacher padded with
     # zero columns of hidden and zero rows of weight has the same exact logits, so both
@@ -388,6 +417,16 @@ def test_equal_hidden_sizes_take_the_stacked_product():
     # Reverse mode only (custom_vjp), as `linear_cross_entropy`.
     # (Under jit: the error is raised while tracing, before the ~25 small programs that the
     # eager products before it compiled.)
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jit(
+            lambda h: jax.jvp(lambda h: numerics.linear_kl_divergence(h, w_s, h_t, w_t), (h,), (h,))
+        )(h_s)
+
+
+def test_forward_mode_raises():
+    # Reverse mode only (custom_vjp), as `linear_cross_entropy` (the test above's last part:
+    # raised while tracing, nothing compiled).
+    h_s, w_s, h_t, w_t = _heads(F32)
     with pytest.raises(TypeError, match="forward-mode"):
         jax.jit(
             lambda h: jax.jvp(lambda h: numerics.linear_kl_divergence(h, w_s, h_t, w_t), (h,), (h,))
@@ -479,8 +518,7 @@ def _topk_reference(h, w, lp, idx):
 #
 # bf16's chunks 8 and 64 are the slow tier's as well; their fast siblings are bf16 at chunk
 # 7 (full chunks and a partial one), test_teacher_topk_feeds_the_top_k_kl (the top-k KL at
-# chunk 8, which divides V) and test_chunked_matches_materialized[bfloat16-all] (chunks 8
-# and 64 through the same `vocab_chunks` split and scan).
+# chunk 8, which divides V: full chunks and no rest, the branch of 64 capped at V).
 @pytest.mark.parametrize(
     ("dtype", "chunks"),
     [
@@ -634,9 +672,12 @@ def test_topk_rejects_logprobs_that_are_not_log_probabilities():
 # subtraction rounds once more in each: 2 u |log p|. 16-bit inputs: both in float32.
 
 
+# float16 and float64 in the slow tier (@BF16_AND_F32); fast siblings: the bfloat16 and float32
+# cases (the 16-bit path computed in float32, and the native one)
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize(
-    # chunk 7 (a partial last chunk) in every dtype in the fast tier; 8 and 64 in the slow one
+    # chunk 7 (a partial last chunk) in the fast tier; 8 and 64 in the slow one
     "chunk",
     [pytest.param(int(c), marks=() if c == "7" else pytest.mark.slow) for c in CHUNKS],
 )

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 import numerics
 from numerics import _check_cases, oracle, standard, testing
 from numerics._logsumexp import logsumexp_last
-from tests.tiers import BF16_AND_F32
+from tests.tiers import BF16_AND_F32, FAST_DTYPES
 from tests.tolerances import BF16, DTYPES, F16, F32, F64, general_bound
 
 SIXTEEN_BIT = (np.dtype(BF16), np.dtype(F16))
@@ -359,20 +359,21 @@ def test_bad_input_raises_clearly():
 
 PROFILE = settings(derandomize=True, max_examples=40, deadline=None)
 SIZES = (2, 7, 31)
-# The class counts drawn: K = 2 and 31 in the fast tier (the pair and a long row: 8
-# programs instead of 12), every size of SIZES in the slow tier (-m slow), as
-# test_properties.py's SIZE_TIERS. The same property and bounds either way.
+# The class counts and dtypes drawn: K = 2 and 31 (the pair and a long row) in bfloat16 and
+# float32 (the two paths, tests/tiers.py: 4 programs instead of 12) in the fast tier, every
+# size of SIZES in every dtype in the slow tier (-m slow), as test_properties.py's
+# SIZE_TIERS. The same property and bounds either way.
 SIZE_TIERS = [
-    pytest.param((2, 31), id="few-sizes"),
-    pytest.param(SIZES, id="all-sizes", marks=pytest.mark.slow),
+    pytest.param((2, 31), FAST_DTYPES, id="few-sizes"),
+    pytest.param(SIZES, DTYPES, id="all-sizes", marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("sizes", SIZE_TIERS)
+@pytest.mark.parametrize(("sizes", "dtypes"), SIZE_TIERS)
 @PROFILE
 @given(data=st.data())
-def test_between_the_max_and_the_max_plus_log_k_with_a_probability_gradient(sizes, data):
-    z = data.draw(st.sampled_from(DTYPES).flatmap(lambda d: testing.logits(d, sizes=sizes)))
+def test_between_the_max_and_the_max_plus_log_k_with_a_probability_gradient(sizes, dtypes, data):
+    z = data.draw(st.sampled_from(dtypes).flatmap(lambda d: testing.logits(d, sizes=sizes)))
     dtype = z.dtype
     with jax.enable_x64(True):
         value, grad = jax.device_get(_value_and_grad(jnp.asarray(z)))

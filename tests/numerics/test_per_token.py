@@ -54,7 +54,7 @@ from numerics import _check_cases, oracle, standard, testing
 from numerics._check_per_token import entropy_bounds
 from numerics._check_per_token import inexact_gaps as _inexact
 from numerics._check_tolerances import finite_gaps, weighted_gap
-from tests.tiers import BF16_AND_F32
+from tests.tiers import FAST_DTYPES
 from tests.tolerances import BF16, DTYPES, F16, F32, F64, general_bound
 
 SIXTEEN_BIT = (np.dtype(BF16), np.dtype(F16))
@@ -126,12 +126,12 @@ def _evaluate(z, labels, where):
     )
 
 
-def _hard_rows(dtype):
-    """numerics.testing's hard cases up to K = 1000 (margins to 40, ties and near-ties,
+def _hard_rows(dtype, max_k=1000):
+    """numerics.testing's hard cases up to K = `max_k` (margins to 40, ties and near-ties,
     -inf entries, a 1e4 offset, tiny scales), two rows each, padded to one K with -inf."""
     made = [
         _check_cases.plant_rows(case, dtype, 2, seed=11)
-        for case in _check_cases.random_cases(quick=False, max_k=1000, dtype=dtype)
+        for case in _check_cases.random_cases(quick=False, max_k=max_k, dtype=dtype)
     ]
     k = max(z.shape[-1] for z, _ in made)
     z = np.concatenate(
@@ -161,10 +161,21 @@ def _check_rows(z, labels, dtype, where=None, inexact=None):
     return out
 
 
-@BF16_AND_F32
+# slow: every dtype, the hard rows up to K = 1000; fast sibling: ..._up_to_k_100 below (bf16
+# and float32, the two paths: the same functions, mask and bounds on every hard case but K = 1000)
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_per_entry_against_mpmath(dtype):
-    z, labels = _hard_rows(dtype)
+    _check_per_entry(dtype, 1000)
+
+
+@pytest.mark.parametrize("dtype", FAST_DTYPES, ids=str)
+def test_per_entry_against_mpmath_up_to_k_100(dtype):
+    _check_per_entry(dtype, 100)
+
+
+def _check_per_entry(dtype, max_k):
+    z, labels = _hard_rows(dtype, max_k)
     rng = np.random.default_rng(7)
     where = rng.random(z.shape) > 0.05
     where[::3] = True
@@ -172,11 +183,15 @@ def test_per_entry_against_mpmath(dtype):
     _check_rows(z, labels, dtype, where, _inexact(z, dtype))
 
 
-# The fast tier runs every dtype in test_per_entry_against_mpmath (the oracle test); the
-# other dtype sweeps keep bf16 there and run their other dtypes in the slow tier (-m slow).
+# The fast tier runs bf16 and float32 in test_per_entry_against_mpmath_up_to_k_100 (the oracle
+# test); the other dtype sweeps keep bf16 there and run their other dtypes in the slow tier.
 BF16_FAST = [BF16] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES if d != BF16]
 
 
+# slow: every dtype (bf16 too); fast sibling: test_per_entry_against_mpmath_up_to_k_100[bfloat16]
+# (the same functions, dtype path and bounds, `_check_rows`, on the hard rows: margins to 40,
+# a 1e4 offset)
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_logits_up_to_640(dtype):
     # marin #8217: bf16 logits forward, float32 backward, 85.8 % softmax error at |z| 640.
@@ -211,6 +226,11 @@ def offset_rows(dtype) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     return offset, z0, z1, labels
 
 
+# slow: every dtype (bf16 too); fast siblings: test_per_entry_against_mpmath_up_to_k_100[bfloat16]
+# (the same functions and bounds, `_check_rows`, on rows with a 1e4 offset among the hard rows),
+# test_standard_formulas_fail_in_bf16_on_the_binades_that_matter (the standard entropy failing
+# its bound in bf16) and tests/numerics/test_linear_aux.py's common-offset test (these rows)
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_common_offset_of_1e4_changes_nothing(dtype):
     # PyTorch #195829: a wrong loss when every logit shares a large offset (`offset_rows`).
@@ -232,7 +252,10 @@ def test_common_offset_of_1e4_changes_nothing(dtype):
         assert np.max(oracle.ulp_error(naive, exact_h, dtype) - bound) > 0
 
 
-@pytest.mark.parametrize("dtype", [BF16, pytest.param(F32, marks=pytest.mark.slow)], ids=str)
+# slow; fast sibling: test_per_entry_against_mpmath_up_to_k_100[bfloat16] (the same program,
+# `_evaluate`, on a batch of rows, each within its own bound)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
 def test_batch_invariance(dtype):
     # A row's results do not depend on the rows next to it: bit for bit, alone, in two
     # different batches, at two positions. (float32: the slow tier's; bf16 its fast sibling.)
@@ -261,8 +284,18 @@ def test_batch_invariance(dtype):
 V = 32  # the V-class setting: logits [m, 0, ..., 0] (kept small for the fast tier)
 
 
-def _sweep_logits(k):
+# The fast tier's margins: every bf16 m with 2^-10 <= |m| < 128, the binades that matter (as
+# tests/numerics/test_options.py's fast sweep: below, log p and H are their m = 0 values to
+# within rounding; above 88, e^-m underflows). Every finite bf16 m ("all") is the slow tier's.
+SWEEPS = {
+    "all": lambda m: np.ones(m.shape, bool),
+    "binades": lambda m: (np.abs(m) >= 2.0**-10) & (np.abs(m) < 128),
+}
+
+
+def _sweep_logits(k, sweep="all"):
     m = oracle.representable_values(BF16)
+    m = m[SWEEPS[sweep](m.astype(np.float64))]
     z = np.zeros((m.size, k), BF16)
     z[:, 0] = m
     return m, z
@@ -295,9 +328,9 @@ def _closed_form(m: np.ndarray, k: int):
 
 
 @functools.cache
-def _sweep(k):
-    """(m, z, fixed outputs, exact) on every bf16 m: label 0."""
-    m, z = _sweep_logits(k)
+def _sweep(k, sweep="all"):
+    """(m, z, fixed outputs, exact) on every bf16 m of `SWEEPS[sweep]`: label 0."""
+    m, z = _sweep_logits(k, sweep)
     labels = np.zeros(m.size, np.int32)
     fixed = jax.device_get(_evaluate(jnp.asarray(z), jnp.asarray(labels), jnp.ones(z.shape, bool)))
     exact = _closed_form(m, k)
@@ -311,10 +344,20 @@ def _sweep(k):
     return m, z, fixed, exact
 
 
-# V classes: the slow tier (the fast one runs K = 2, the same code on every bf16 margin).
-@pytest.mark.parametrize("k", [2, pytest.param(V, marks=pytest.mark.slow)])
+# slow: every finite bf16 margin; fast sibling: test_every_bf16_margin_of_the_binades_that_
+# matter (the same functions, K = 2, and bounds on every margin of the binades around the cliffs)
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [2, V])
 def test_every_bf16_margin(k):
-    m, z, (lp, lp_grad, h, h_grad), exact = _sweep(k)
+    _check_every_margin(k, "all")
+
+
+def test_every_bf16_margin_of_the_binades_that_matter():
+    _check_every_margin(2, "binades")
+
+
+def _check_every_margin(k, sweep):
+    m, z, (lp, lp_grad, h, h_grad), exact = _sweep(k, sweep)
     labels = np.zeros(m.size, np.int32)
     lp_grad_exact = np.zeros(z.shape)
     lp_grad_exact[:, :2] = exact[:, 1:3]
@@ -357,8 +400,19 @@ def _first_at_or_past(dtype, value):
     return float(m[m >= value][0])
 
 
+# slow: on every finite bf16 margin; fast sibling: ..._on_the_binades_that_matter below (every
+# margin from 2^-10 to 128, which holds both cliffs, the zero runs and the failing margins)
+@pytest.mark.slow
 def test_standard_formulas_fail_in_bf16_where_the_fixed_ones_hold():
-    m, z, (lp, _, h, _), exact = _sweep(2)
+    _check_standard_formulas_fail("all")
+
+
+def test_standard_formulas_fail_in_bf16_on_the_binades_that_matter():
+    _check_standard_formulas_fail("binades")
+
+
+def _check_standard_formulas_fail(sweep):
+    m, z, (lp, _, h, _), exact = _sweep(2, sweep)
     labels = jnp.zeros(m.size, jnp.int32)
     naive_lp = np.asarray(jax.jit(standard.log_prob)(jnp.asarray(z), labels), np.float64)
     naive_h_jit = np.asarray(jax.jit(standard.entropy)(jnp.asarray(z)), np.float64)

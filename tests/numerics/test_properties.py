@@ -12,18 +12,20 @@ from hypothesis.extra import numpy as hnp
 
 import numerics
 from numerics import testing
+from tests.tiers import FAST_DTYPES
 from tests.tolerances import DTYPES
 
 # Few distinct shapes, so JAX compiles each function a handful of times.
 PROFILE = settings(derandomize=True, max_examples=40, deadline=None)
 SIZES = (1, 2, 3, 7, 31)
-# The class counts each test draws from: in the fast tier K = 1 and 31 (the single class
-# and a long row: 8 programs a function instead of 20; the cross-entropy test, which draws
-# K >= 2, K = 31), every size of SIZES in the slow tier (-m slow). The same properties and
-# bounds either way.
+# The class counts and dtypes each test draws from: in the fast tier K = 1 and 31 (the single
+# class and a long row; the cross-entropy test, which draws K >= 2, K = 31) in bfloat16 and
+# float32 (the two paths every fixed function has, tests/tiers.py: 4 programs a function
+# instead of 20), every size of SIZES in every dtype in the slow tier (-m slow), a domain that
+# holds the fast tier's. The same properties and bounds either way.
 SIZE_TIERS = [
-    pytest.param((1, 31), id="few-sizes"),
-    pytest.param(SIZES, id="all-sizes", marks=pytest.mark.slow),
+    pytest.param((1, 31), FAST_DTYPES, id="few-sizes"),
+    pytest.param(SIZES, DTYPES, id="all-sizes", marks=pytest.mark.slow),
 ]
 
 # Jitted once per shape and dtype: run eagerly, every example compiled each op anew.
@@ -41,8 +43,8 @@ def _soft_target_grad(student, teacher, temperature=1.0):
 
 
 @st.composite
-def logits_and_dtype(draw, min_k=1, sizes=SIZES):
-    dtype = draw(st.sampled_from(DTYPES))
+def logits_and_dtype(draw, min_k=1, sizes=SIZES, dtypes=DTYPES):
+    dtype = draw(st.sampled_from(dtypes))
     k = draw(st.sampled_from([k for k in sizes if k >= min_k]))
     rows = 2
     scale = draw(st.sampled_from([1e-3, 1.0, 10.0, 60.0]))
@@ -54,11 +56,11 @@ def _eps(dtype):
     return float(jnp.finfo(dtype).eps)
 
 
-@pytest.mark.parametrize("sizes", SIZE_TIERS)
+@pytest.mark.parametrize(("sizes", "dtypes"), SIZE_TIERS)
 @PROFILE
 @given(data=st.data())
-def test_softmax_rows_sum_to_one_and_log_softmax_is_non_positive(sizes, data):
-    z, dtype = data.draw(logits_and_dtype(sizes=sizes))
+def test_softmax_rows_sum_to_one_and_log_softmax_is_non_positive(sizes, dtypes, data):
+    z, dtype = data.draw(logits_and_dtype(sizes=sizes, dtypes=dtypes))
     with jax.enable_x64(True):
         probs = np.asarray(_softmax(jnp.asarray(z)), np.float64)
         logs = np.asarray(_log_softmax(jnp.asarray(z)), np.float64)
@@ -67,11 +69,11 @@ def test_softmax_rows_sum_to_one_and_log_softmax_is_non_positive(sizes, data):
     assert np.all(logs <= 0)
 
 
-@pytest.mark.parametrize("sizes", SIZE_TIERS)
+@pytest.mark.parametrize(("sizes", "dtypes"), SIZE_TIERS)
 @PROFILE
 @given(data=st.data())
-def test_shift_invariance(sizes, data):
-    z, dtype = data.draw(logits_and_dtype(sizes=sizes))
+def test_shift_invariance(sizes, dtypes, data):
+    z, dtype = data.draw(logits_and_dtype(sizes=sizes, dtypes=dtypes))
     shift = data.draw(st.sampled_from([-7.0, 0.5, 3.0]))
     shifted = (z.astype(np.float64) + shift).astype(dtype)
     # Shifting re-rounds the logits; compare both against their own float64 result.
@@ -82,12 +84,12 @@ def test_shift_invariance(sizes, data):
     np.testing.assert_allclose(a, b, atol=tol)
 
 
-@pytest.mark.parametrize("sizes", SIZE_TIERS)
+@pytest.mark.parametrize(("sizes", "dtypes"), SIZE_TIERS)
 @PROFILE
 @given(data=st.data())
-def test_cross_entropy_non_negative_and_gradients_sum_to_zero(sizes, data):
+def test_cross_entropy_non_negative_and_gradients_sum_to_zero(sizes, dtypes, data):
     # numerics.testing's hard cases: margins to past underflow, ties, 1e4 offsets, -inf.
-    dtype = data.draw(st.sampled_from(DTYPES))
+    dtype = data.draw(st.sampled_from(dtypes))
     z, labels = data.draw(testing.labelled_logits(dtype, sizes=sizes[1:]))
     dtype = z.dtype
     with jax.enable_x64(True):
@@ -98,11 +100,11 @@ def test_cross_entropy_non_negative_and_gradients_sum_to_zero(sizes, data):
     np.testing.assert_allclose(grad.sum(-1), 0.0, atol=2 * z.shape[-1] * _eps(dtype))
 
 
-@pytest.mark.parametrize("sizes", SIZE_TIERS)
+@pytest.mark.parametrize(("sizes", "dtypes"), SIZE_TIERS)
 @PROFILE
 @given(data=st.data())
-def test_soft_target_gradient_is_exactly_zero_at_the_teacher(sizes, data):
-    z, _ = data.draw(logits_and_dtype(min_k=2, sizes=sizes))
+def test_soft_target_gradient_is_exactly_zero_at_the_teacher(sizes, dtypes, data):
+    z, _ = data.draw(logits_and_dtype(min_k=2, sizes=sizes, dtypes=dtypes))
     temperature = data.draw(st.sampled_from([1.0, 4.0]))
     with jax.enable_x64(True):
         x = jnp.asarray(z)
@@ -110,11 +112,11 @@ def test_soft_target_gradient_is_exactly_zero_at_the_teacher(sizes, data):
     assert np.all(np.asarray(grad) == 0), "fixed soft-target CE must be exactly zero"
 
 
-@pytest.mark.parametrize("sizes", SIZE_TIERS)
+@pytest.mark.parametrize(("sizes", "dtypes"), SIZE_TIERS)
 @PROFILE
 @given(data=st.data())
-def test_soft_target_gradient_sums_to_zero(sizes, data):
-    teacher, dtype = data.draw(logits_and_dtype(min_k=2, sizes=sizes))
+def test_soft_target_gradient_sums_to_zero(sizes, dtypes, data):
+    teacher, dtype = data.draw(logits_and_dtype(min_k=2, sizes=sizes, dtypes=dtypes))
     noise = data.draw(hnp.arrays(np.float64, teacher.shape, elements=st.floats(-1, 1)))
     student = (teacher.astype(np.float64) + noise).astype(dtype)
     with jax.enable_x64(True):

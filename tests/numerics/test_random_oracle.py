@@ -22,7 +22,7 @@ import pytest
 import numerics
 from numerics import oracle
 from numerics.testing import assert_ulp_close
-from tests.tiers import BF16_AND_F32, FAST_DTYPES
+from tests.tiers import FAST_DTYPES
 from tests.tolerances import DTYPES, F32, general_bound
 
 # (K, logit scale, planted margin): small and huge K, flat and spread logits,
@@ -247,8 +247,13 @@ def test_soft_target_random_rows(dtype, k, scale, margin, distance):
     assert loss_err[0] <= general_bound("value", dtype, gaps.max(), k) + np.log2(k)
 
 
-@BF16_AND_F32
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+# float32 in the fast tier; bf16 (and float16, float64) in the slow. bf16's fast siblings:
+# float32 here (the check failing the standard formula) and, for the standard soft target in
+# bf16 itself, tests/numerics/test_contract.py's test_standard_is_jax_nn_and_optax_bit_for_bit
+# [bfloat16] and test_standard_soft_target_is_not_zero_at_the_teacher[bfloat16]
+@pytest.mark.parametrize(
+    "dtype", [pytest.param(d, marks=() if d == F32 else pytest.mark.slow) for d in DTYPES], ids=str
+)
 def test_standard_soft_target_fails_the_gradient_error_test(dtype):
     """The check above sees Softmax Cancellation: optax's formula fails it near z_S = z_T,
     on most rows in fp32 and fp64. In 16-bit dtypes a distance of 1e-6 rounds away and most

@@ -258,6 +258,10 @@ def test_probabilities_and_the_sinks_mass_sum_to_one(dtype):
     assert np.all(mass > 0)  # a non-trivial test: the sink takes mass in every row
 
 
+# slow; fast siblings: test_random_rows_against_the_oracle (d/dx and d/dsink of both functions
+# against mpmath's, bfloat16 and float32: the same VJPs) and test_the_sinks_gradient_is_minus_
+# its_mass[bfloat16] (d/dsink through jacobians)
+@pytest.mark.slow
 def test_gradients_against_finite_differences_in_float64():
     x, sink = _rows(F64, 5, 1.0, 1.0, seed=5)
     c = np.random.default_rng(2).standard_normal(x.shape)
@@ -426,20 +430,15 @@ def test_plain_softmax_keeps_tiny_probabilities_beside_a_close_second():
 
 
 @pytest.mark.parametrize(
-    # float32 in the fast tier; bf16, fp16 and fp64 are the slow tier's, their fast siblings
-    # tests/grokbench/test_audit_sink.py's bf16 audits (the same check through the CLI: the
-    # fixed sink-softmax passing, the standard sink-log_softmax failing, in the fast tier) and
-    # test_random_rows_against_the_oracle in each dtype. sink-softmax in float32 is the slow
-    # tier's too: its fast sibling is check_sink_softmax's doctest
-    # (numerics/_check_normalizers.py: the same check of numerics.softmax, bf16, `.ok`).
+    # The slow tier's, every case. Fast siblings: tests/grokbench/test_audit_sink.py's bf16
+    # audits (the same check through the CLI, each kind's: the fixed sink-softmax passing,
+    # the standard sink-log_softmax failing), check_sink_softmax's doctest
+    # (numerics/_check_normalizers.py: the same check of numerics.softmax, bf16, `.ok`) and
+    # test_random_rows_against_the_oracle (both fixed functions against mpmath, bfloat16 and
+    # float32).
     ("kind", "dtype"),
     [
-        pytest.param(
-            kind,
-            d,
-            marks=() if (d, kind) == (F32, "sink-log_softmax") else pytest.mark.slow,
-            id=f"{np.dtype(d).name}-{kind}",
-        )
+        pytest.param(kind, d, marks=pytest.mark.slow, id=f"{np.dtype(d).name}-{kind}")
         for d in DTYPES
         for kind in ("sink-softmax", "sink-log_softmax")
     ],

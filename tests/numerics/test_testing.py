@@ -34,9 +34,12 @@ def _no_max_shift(logits, labels):
     return log_z - jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
 
 
-# bf16 is the slow tier's (-m slow): its fast siblings are check_cross_entropy's doctest
-# (numerics/_check_cross_entropy.py: the same call, bf16, assert_ok()) and float32 here.
-@pytest.mark.parametrize("dtype", [pytest.param(BF16, marks=pytest.mark.slow), F32], ids=str)
+# The slow tier's (-m slow): its fast siblings are check_cross_entropy's doctest
+# (numerics/_check_cross_entropy.py: the same call, bf16, assert_ok()) and, for float32,
+# tests/grokbench/test_audit_cli.py::test_fixed_cross_entropy_passes (the same call, fp32,
+# quick, through the CLI: PASS, no failure, the gradient never 0).
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=str)
 def test_fixed_cross_entropy_passes(dtype):
     result = testing.check_cross_entropy(numerics.cross_entropy, dtype, quick=True)
     result.assert_ok()
@@ -45,6 +48,9 @@ def test_fixed_cross_entropy_passes(dtype):
     assert result.output_dtype == dtype.name
 
 
+# slow; fast sibling: tests/grokbench/test_audit_cli.py::test_optax_names_the_fp32_cliff (the
+# same check of optax, fp32, quick: the cliff at 16.635532 and the first FAIL line)
+@pytest.mark.slow
 def test_optax_collapses_at_the_fp32_cliff():
     fn = optax.softmax_cross_entropy_with_integer_labels
     result = testing.check_cross_entropy(fn, "fp32", quick=True)
@@ -60,6 +66,9 @@ def test_optax_collapses_at_the_fp32_cliff():
         result.assert_ok()
 
 
+# slow; fast sibling: tests/grokbench/test_audit_cli.py::test_missing_max_shift_fails_with_
+# overflow_not_a_traceback (this check on the same function, fp16: the overflow failure line)
+@pytest.mark.slow
 def test_missing_max_shift_is_reported_as_overflow():
     result = testing.check_cross_entropy(_no_max_shift, "fp32", quick=True)
     assert result.nonfinite_rows > 0
@@ -67,6 +76,11 @@ def test_missing_max_shift_is_reported_as_overflow():
     assert overflow and "overflowed past log(max float32) = 88.72" in overflow[0]
 
 
+# slow; fast siblings: check_soft_target_cross_entropy's doctest (numerics/_check_soft_target.py:
+# this check of the standard formula in fp32, its zero_at_teacher False, the same programs as
+# the second half here) and the fixed soft-target's fp32 cases in tests/numerics/
+# test_random_oracle.py (its gradient against mpmath at the teacher's distance 0 and 1e-6)
+@pytest.mark.slow
 def test_soft_target_zero_at_the_teacher():
     fixed = testing.check_soft_target_cross_entropy(
         numerics.soft_target_cross_entropy, "fp32", quick=True
@@ -81,6 +95,11 @@ def test_soft_target_zero_at_the_teacher():
     assert any("student = teacher" in line for line in std.failures)
 
 
+# slow; fast siblings: the doctests of numerics/_check_normalizers.py, the same check
+# (`_check_normalizer`) on 16-bit and float32 rows: check_log_softmax's (jax.nn.log_softmax's
+# collapse found at fp16's cliff), check_softmax's (numerics.softmax passing, fp32) and
+# check_sink_softmax's (numerics.softmax passing, bf16)
+@pytest.mark.slow
 def test_normalizers_collapse_where_jax_nn_does():
     numerics_result = testing.check_log_softmax(numerics.log_softmax, BF16, quick=True)
     numerics_result.assert_ok()
@@ -90,7 +109,7 @@ def test_normalizers_collapse_where_jax_nn_does():
 
 # The slow tier's (-m slow): its fast sibling is check_log_softmax's doctest
 # (numerics/_check_normalizers.py), the same check of jax.nn.log_softmax finding its
-# collapse at fp16's cliff, with jax.nn.softmax's bf16 collapse above.
+# collapse at fp16's cliff.
 @pytest.mark.slow
 def test_log_softmax_collapses_where_jax_nn_does():
     jax_result = testing.check_log_softmax(jax.nn.log_softmax, BF16, quick=True)
