@@ -229,7 +229,7 @@ def offset_rows(dtype) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
 # slow: every dtype (bf16 too); fast siblings: test_per_entry_against_mpmath_up_to_k_100[bfloat16]
 # (the same functions and bounds, `_check_rows`, on rows with a 1e4 offset among the hard rows),
 # test_standard_formulas_fail_in_bf16_on_the_binades_that_matter (the standard entropy failing
-# its bound in bf16) and tests/numerics/test_linear_aux.py's common-offset test (these rows)
+# its bound in bf16)
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", BF16_FAST, ids=str)
 def test_common_offset_of_1e4_changes_nothing(dtype):
