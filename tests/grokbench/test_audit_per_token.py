@@ -74,8 +74,9 @@ def test_entropy_passes_and_the_standard_one_fails_on_peaked_rows(capsys):
 # bf16 in the fast tier (the checks the CLI tests above run: the log-prob one's programs
 # compiled once; the entropy check's compiled here, its CLI test being the slow tier's);
 # fp32, fp16 and fp64 are the slow tier's, their fast siblings the oracle tests of
-# tests/numerics/test_per_token.py in those dtypes (the same functions; the checks branch on
-# the dtype only for float64's oracle precision, numerics._check_per_token).
+# tests/numerics/test_per_token.py (test_per_entry_against_mpmath_up_to_k_100, bfloat16 and
+# float32: the same functions; the checks branch on the dtype only for float64's oracle
+# precision, numerics._check_per_token).
 @pytest.mark.parametrize(
     "dtype",
     [pytest.param(d, marks=() if d == BF16 else pytest.mark.slow) for d in DTYPES],
