@@ -150,10 +150,10 @@ def _standard_loss():
 
 def _standard_loss_at(dtype, m: np.ndarray) -> np.ndarray:
     """Standard CE's loss on logits [m, 0] in `dtype` at the margins m."""
+    m = np.asarray(m).astype(dtype)
+    z = np.stack([m, np.zeros_like(m)], axis=-1)  # built in NumPy: no eager programs
     with jax.enable_x64(np.dtype(dtype) == np.float64):
-        m = jnp.asarray(np.asarray(m).astype(dtype))
-        z = jnp.stack([m, jnp.zeros_like(m)], axis=-1)
-        return np.asarray(_standard_loss()(z, jnp.zeros(m.shape, jnp.int32)), np.float64)
+        return np.asarray(_standard_loss()(z, np.zeros(m.shape, np.int32)), np.float64)
 
 
 def _underflow(dtype) -> float:
@@ -191,13 +191,14 @@ def _nontarget_grad():
     return jax.jit(lambda z, t: jax.vmap(jax.grad(standard.cross_entropy))(z, t)[:, 1])
 
 
+@compiled_cache(maxsize=4)  # a search over compiled calls, once per dtype: cleared with them
 def _nontarget_zero_from(dtype) -> float:
     """The first margin of `dtype` at which standard CE's non-target gradient is exactly 0."""
 
     def grad(m):
+        z = np.stack([np.asarray(m, dtype), np.zeros(np.shape(m), dtype)], axis=-1)
         with jax.enable_x64(np.dtype(dtype) == np.float64):
-            z = jnp.stack([jnp.asarray(m), jnp.zeros(m.shape, dtype)], axis=-1)
-            return np.asarray(_nontarget_grad()(z, jnp.zeros(m.shape, jnp.int32)))[0]
+            return np.asarray(_nontarget_grad()(z, np.zeros(np.shape(m), np.int32)))[0]
 
     hi = 2.0 * -float(np.log(float(ml_dtypes.finfo(dtype).smallest_subnormal)))
     return numerics.first_zero(grad, 1.0, hi, dtype)
@@ -235,13 +236,22 @@ def _underflow_rows() -> list[Row]:
 def gradient_sums(dtype, margins: np.ndarray) -> dict[str, np.ndarray]:
     """Eq. 4 on logits [m + ln 2, 0, 0] (target 0, margin m, K = 3): per loss the sum of the
     gradient and the sum of its magnitudes, as float64; 'truth' the exact non-target sum
-    e^-m / (1 + e^-m) (from mpmath at the rounded inputs); 'm' the exact margins."""
-    z_t = (np.asarray(margins, np.float64) + np.log(2.0)).astype(dtype)
+    e^-m / (1 + e^-m) (from mpmath at the rounded inputs); 'm' the exact margins. Measured
+    once per dtype and margins in a process, like `target_gradients` (copies returned)."""
+    m = np.asarray(margins, np.float64)
+    out = _gradient_sums(np.dtype(dtype), m.tobytes(), m.shape)
+    return {key: value.copy() for key, value in out.items()}
+
+
+@compiled_cache(maxsize=16)  # measured by compiled programs: cleared with them
+def _gradient_sums(dtype, data: bytes, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    margins = np.frombuffer(data, np.float64).reshape(shape)
+    z_t = (margins + np.log(2.0)).astype(dtype)
     out = {}
+    zeros = np.zeros(z_t.shape, dtype)
+    logits = np.stack([z_t, zeros, zeros], axis=-1)  # built in NumPy: no eager programs
+    labels = np.zeros(z_t.shape, np.int32)
     with jax.enable_x64(np.dtype(dtype) == np.float64):
-        zeros = jnp.zeros(z_t.shape, dtype)
-        logits = jnp.stack([jnp.asarray(z_t), zeros, zeros], axis=-1)
-        labels = jnp.zeros(z_t.shape, jnp.int32)
         for name, mod in LOSSES.items():
             g = np.asarray(_full_grad(mod.cross_entropy)(logits, labels)).astype(np.float64)
             out[name] = g.sum(-1)
