@@ -26,6 +26,7 @@ CACHES = {
 # figure modules found once.
 HOST_FACTS = {
     "grokbench/runtime.py",  # the machine fingerprint and float16 probe
+    "grokbench/config.py",  # each config class's resolved annotations
     "figures/registry.py",  # the figure modules, found once
     "figures/_analytic.py",  # mpmath's exact gradients of fixed inputs (64 entries)
     "figures/report/fig1.py",  # fig1's claims: one jitted loss or gradient per measurement
