@@ -2,10 +2,11 @@
 only the face (`grokbench.cli`, the `grokbench` command) imports `figures`."""
 
 import ast
-import functools
 import pathlib
 
 import pytest
+
+from tests import _sources as sources
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("numerics", "tasks", "grokbench")
@@ -15,19 +16,8 @@ FACE = "grokbench.cli"
 
 def _modules() -> dict[str, ast.Module]:
     """Dotted name -> syntax tree of every module, subpackages (`tasks.quant`) included (a new
-    dict each call; the trees, parsed once for the file's tests, are only read)."""
-    return dict(_parsed_modules())
-
-
-@functools.cache  # six tests read the same sources: parse them once
-def _parsed_modules() -> dict[str, ast.Module]:
-    out = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            out[name] = ast.parse(path.read_text(), str(path))
-    return out
+    dict each call; the trees, parsed once per process by tests/_sources.py, are only read)."""
+    return sources.trees(*PACKAGES)
 
 
 def _packages() -> set[str]:
@@ -143,7 +133,7 @@ CLAIM_CALLS = {"claim_row", "spikes_row", "Row", "Claims"}
 def _figures_modules() -> dict[str, ast.Module]:
     """'figures/...py' -> syntax tree of every module of `figures`, the report's included."""
     return {
-        path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(), str(path))
+        path.relative_to(ROOT).as_posix(): sources.tree(path)
         for path in sorted(FIGURES.rglob("*.py"))
     }
 

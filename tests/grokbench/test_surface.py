@@ -11,9 +11,10 @@ internals.
 """
 
 import ast
-import functools
 import pathlib
 import re
+
+from tests import _sources as sources
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HARNESS = "grokbench"
@@ -29,25 +30,10 @@ USER_PAGES = sorted(
 to contributors, so naming a name there does not make it public."""
 
 
-def _name(path: pathlib.Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _trees(*where: str) -> dict[str, ast.Module]:
     """Dotted name -> syntax tree of every module under `where` (directories or files): a new
-    dict each call; the trees, parsed once for the file's tests, are only read."""
-    return dict(_parsed_trees(where))
-
-
-@functools.cache  # the tests read the harness four times and the layers twice: parse once
-def _parsed_trees(where: tuple[str, ...]) -> dict[str, ast.Module]:
-    out = {}
-    for place in where:
-        path = ROOT / place
-        for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
-            out[_name(file)] = ast.parse(file.read_text(), str(file))
-    return out
+    dict each call; the trees, parsed once per process by tests/_sources.py, are only read."""
+    return sources.trees(*where)
 
 
 def _all(tree: ast.Module) -> list[str] | None:
