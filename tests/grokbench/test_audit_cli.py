@@ -134,7 +134,18 @@ _OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "kind", "dtype", "cliff"), _OPTIONS)
+@pytest.mark.parametrize(
+    ("name", "kind", "dtype", "cliff"),
+    [
+        pytest.param(*_OPTIONS[0]),
+        # slow: the soft-cap audit's programs are its own; fast siblings: the [z_loss-...] case
+        # (the option kinds' audit, testing.check_option_cross_entropy and the optax reference
+        # with the option, the same code for every option: audit.py branches on
+        # testing.OPTIONS), test_fixed_cross_entropy_passes (an fp32 audit that passes) and
+        # tests/numerics/test_options.py (the soft-capped fixed cross-entropy itself).
+        pytest.param(*_OPTIONS[1], marks=pytest.mark.slow),
+    ],
+)
 def test_options_pass_ours(capsys, name, kind, dtype, cliff):
     """The fast sibling of the slow test below: each option's audit (its kind) runs and
     passes the fixed loss; the audit's failure path runs in test_optax_names_the_fp32_cliff."""

@@ -208,7 +208,8 @@ def test_balance_terms_on_a_homogeneous_model():
     params = build_model(cfg.model_config()).init(jax.random.key(0), np.float32)
     terms = balance.balance_terms(cfg, params)
     data = engine.load_data(cfg)
-    z = np.asarray(build_model(cfg.model_config()).apply(params, data.x_train), np.float64)
+    apply = jax.jit(build_model(cfg.model_config()).apply)  # one compile, not one per op
+    z = np.asarray(apply(params, data.x_train), np.float64)
     y = np.asarray(data.y_train)
     target = z[np.arange(len(y)), y]
     others = np.where(np.arange(cfg.p) == y[:, None], -np.inf, z)

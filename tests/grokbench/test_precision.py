@@ -23,6 +23,23 @@ def test_mixed_name_keeps_dtypes_separate():
     assert get_precision(policy) is policy
 
 
+@pytest.mark.parametrize(
+    ("name", "pin"),
+    [
+        ("fp32", "highest"),
+        ("fp64", "highest"),
+        ("bf16", "default"),
+        ("fp16", "default"),
+        ("fp32/bf16", "default"),
+    ],
+)
+def test_matmul_precision_is_highest_for_wide_compute(name, pin):
+    """The `jax.default_matmul_precision` the engine traces under: 'highest' for float32 and
+    float64 compute (tests/grokbench/test_engine.py::
+    test_matmul_precision_is_pinned_in_the_jitted_chunk counts the dots it pins)."""
+    assert get_precision(name).matmul_precision == pin
+
+
 def test_numpy_names_are_accepted_and_named_short():
     assert get_precision("float32").name == "fp32"
     assert get_precision("float32/bfloat16").name == "fp32/bf16"
