@@ -20,6 +20,8 @@ def _load(name: str):
     return module
 
 
+# A smoke test (fractions past a cliff, exact zeros, a tenfold gap): conftest.py, _fast_compile.
+@pytest.mark.fast_compile
 def test_collapse_monitor_shows_collapse_with_optax_and_none_with_numerics():
     monitor = _load("collapse_monitor")
     out = io.StringIO()

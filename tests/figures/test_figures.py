@@ -88,8 +88,25 @@ def _check_written(files, name):
 
 # fig2's case is the slow tier's: test_the_build_forecasts_what_it_trains_from_its_record
 # makes the same build (fig2 at TINY, out=tmp_path / "out") and checks its files the same way.
+# fig5's, fig6's and progress's cases are the slow tier's too. Their fast sibling is
+# tests/figures/test_legibility.py::test_no_two_texts_of_a_figure_overlap, which trains each on
+# this file's fake engine at TINY (progress measures on, fig5 at both eps rows) and draws and
+# renders every one of its figures, by name, through the same drawing code; only the saving is
+# replaced there, and `save_to` writes the files of fig2, fig4 and table1 in this file's fast
+# tier (test_a_figure_drawn_without_its_runs_names_the_command_and_trains_nothing also writes
+# progress.png and progress.pdf from the progress runs its build trains).
+_SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
-    "name", [pytest.param("fig2", marks=pytest.mark.slow), "fig5", "table1", "fig6", "progress"]
+    "name",
+    [
+        pytest.param("fig2", marks=_SLOW),
+        pytest.param("fig5", marks=_SLOW),
+        "table1",
+        pytest.param("fig6", marks=_SLOW),
+        pytest.param("progress", marks=_SLOW),
+    ],
 )
 def test_each_run_figure_writes_non_empty_files(tmp_path, fake_engine, name):
     overrides = {**TINY, "progress_measures": (name == "progress",)}
@@ -374,25 +391,34 @@ def _lane_in_this_process(fails=()):
     return spawn
 
 
+# The builds of the lane tests below: the cases with fig2 are the slow tier's. Their fast
+# siblings build table1 in fig2's place (a build that trains, with a recipe of its own, and
+# writes its table in a fraction of the time fig2's three panels take to draw): the same lane
+# split, the same assertions, fig4 (two lanes) and fig3 (one lane) still drawn beside it.
+# fig2's build and drawing stay fast in test_the_build_forecasts_what_it_trains_from_its_record.
+_LANE_PAIRS = [pytest.param(("fig2", "fig4"), marks=pytest.mark.slow), ("table1", "fig4")]
+
+
+@pytest.mark.parametrize("names", _LANE_PAIRS, ids="+".join)
 @pytest.mark.parametrize("fails", [(), (1,)], ids=["both-lanes", "a-lane-stops"])
 def test_a_build_in_two_lanes_trains_each_run_once_and_draws_every_figure(
-    tmp_path, fake_engine, monkeypatch, fails
+    tmp_path, fake_engine, monkeypatch, fails, names
 ):
     monkeypatch.setattr(build, "_spawn_lane", _lane_in_this_process(fails))
     lines = []
     written = _build(
         tmp_path,
-        ["fig2", "fig4"],
+        list(names),
         out=tmp_path / "out",
         log=lambda text, file=None: lines.append(text),
         jobs=2,
     )
-    for name in ("fig2", "fig4"):
+    for name in names:
         _check_written(written[name], name)
     trained = [cfg for call in fake_engine for cfg in call]
     assert len(trained) == len(set(trained))  # no run trained twice
     times = json.loads((tmp_path / "out" / build.TIMES_FILE).read_text())
-    assert sorted(map(sorted, times["lanes"])) == [["fig2"], ["fig4"]]
+    assert sorted(map(sorted, times["lanes"])) == sorted([name] for name in names)
     assert "training in 2 processes side by side" in lines[0]
     other = times["lanes"][1][0]  # the lane of a process of its own
     assert times[other]["runs"] > 0
@@ -462,11 +488,14 @@ def test_lanes_are_forecast_as_the_longest_lane_or_their_cpu_over_the_cores():
     assert text.count("about") == 1 and "about 2.5 min for 3 runs" in text  # 150 + 2 s
 
 
+@pytest.mark.parametrize(  # the slow tier's fig2 case: _LANE_PAIRS' comment
+    "trains", [pytest.param("fig2", marks=pytest.mark.slow), "table1"]
+)
 def test_a_build_with_one_lane_of_training_trains_in_this_process(
-    tmp_path, fake_engine, monkeypatch
+    tmp_path, fake_engine, monkeypatch, trains
 ):
-    # fig3 trains nothing, so fig2 is the only lane: no second process, and the build's bar
-    # still counts every build once.
+    # fig3 trains nothing, so `trains` is the only lane: no second process, and the build's
+    # bar still counts every build once.
     def spawn(ctx, names, lane, warm=False):
         raise AssertionError(f"a second process for {names}")
 
@@ -486,7 +515,7 @@ def test_a_build_with_one_lane_of_training_trains_in_this_process(
     lines = []
     _build(
         tmp_path,
-        ["fig2", "fig3"],
+        [trains, "fig3"],
         out=tmp_path / "out",
         log=lambda text, file=None: lines.append(text),
         jobs=2,

@@ -14,6 +14,7 @@ from tasks import (
     transformer_apply_fast,
     transformer_init,
 )
+from tests.tiers import BF16_AND_F32
 
 DATA = modular_split(ModularTask())  # a+b mod 31, 480 training examples
 
@@ -81,6 +82,9 @@ def test_fast_equals_plain_bfloat16_loosely():
     )
 
 
+# float16's case is the slow tier's (tests/tiers.py): the init draws in float32 and casts, the
+# path bfloat16's fast case keeps (the dtype, the shapes and the scale checked the same way).
+@BF16_AND_F32
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
 def test_init_dtypes_and_scale(dtype):
     cfg = TransformerConfig.nanda()
