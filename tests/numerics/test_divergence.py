@@ -110,7 +110,7 @@ def test_finite_where_a_teacher_probability_is_zero():
         assert np.all(np.isfinite(grad[rows])), form
         np.testing.assert_allclose(grad[rows], exact_grad[rows], rtol=1e-5, atol=1e-7)
     # The peers' Jensen-Shannon formula turns the teacher's -inf logit into 0 * -inf = NaN.
-    assert np.isnan(float(standard.js_divergence(student, teacher)[0]))
+    assert np.isnan(float(jax.jit(standard.js_divergence)(student, teacher)[0]))
 
 
 def _naive(form):
@@ -142,6 +142,7 @@ def _derivatives(s, t):
     return out
 
 
+@pytest.mark.fast_compile  # two paths that must agree (conftest.py, _fast_compile)
 def test_teacher_gradient_and_second_derivatives(x64):
     s, t = np.random.default_rng(3).standard_normal((2, 4, 6))
     got = jax.device_get(_derivatives(s, t))
@@ -178,10 +179,17 @@ def test_standard_reproduces_the_peers_and_their_residual():
     assert np.abs(grad.astype(np.float64)).max() > 0
 
 
-def test_audit_style_checks_pass_ours_and_fail_the_naive_kl():
+# slow; fast sibling: check_kl_divergence's doctest (numerics/_check_divergence.py: this
+# check of numerics.kl_divergence, fp32, quick, the same programs; its `.ok` is True, and a
+# value or gradient not exactly 0 at the teacher is a failure, so zero_at_teacher holds too).
+@pytest.mark.slow
+def test_audit_style_check_passes_ours():
     ours = testing.check_kl_divergence(numerics.kl_divergence, "fp32", quick=True)
     ours.assert_ok()
     assert ours.zero_at_teacher
+
+
+def test_audit_style_check_fails_the_naive_kl():
     naive = testing.check_kl_divergence(standard.kl_divergence, "fp32", quick=True)
     assert not naive.ok and naive.zero_at_teacher is False
     assert any("student = teacher" in line for line in naive.failures)

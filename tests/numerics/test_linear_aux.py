@@ -635,7 +635,17 @@ def test_z_loss_weight_zero_adds_nothing():
     assert np.all(with_z[0].astype(np.float64) > plain[0].astype(np.float64))
 
 
-@pytest.mark.parametrize("dtype", [BF16, pytest.param(F64, marks=pytest.mark.slow)], ids=str)
+# slow (both dtypes); fast siblings: tests/numerics/test_linear_cross_entropy.py::
+# test_weight_and_hidden_gradients_against_mpmath[bfloat16] (the chunked bf16 loss under a cap
+# c = 5 that bites, with z-loss and smoothing, against mpmath's capped loss, CAP_ULPS c in the
+# bound), test_capped_and_tempered_peaked_rows_keep_their_entropy[bfloat16] (return_aux under a
+# cap in bf16: entropy, its gradient and argmax against mpmath on the capped logits),
+# test_temperature_divides_the_capped_logits (float64, the native path: the loss, log_prob and
+# entropy under a cap with return_aux against the oracle, the cap applied first) and
+# test_materialized_aux_matches_the_chunked[bfloat16] (the aux outputs against the
+# materialized cross_entropy(..., return_aux=True)'s)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [BF16, F64], ids=str)
 def test_soft_cap_is_applied(dtype):
     # CCE #48: the soft cap never applied. The loss under a cap c = 2 against mpmath's
     # capped cross-entropy (`oracle.cross_entropy(..., soft_cap=)`), within the option

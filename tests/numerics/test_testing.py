@@ -116,6 +116,7 @@ def test_log_softmax_collapses_where_jax_nn_does():
     assert jax_result.value_zero_at == jax_result.grad_dies_at == 5.5625
 
 
+@pytest.mark.fast_compile  # a smoke test: NaN found, errors raised (conftest.py, _fast_compile)
 def test_nan_swallowed_and_bad_signatures():
     def nan_to_num(logits, labels):
         return numerics.cross_entropy(jnp.nan_to_num(logits), labels)
