@@ -149,7 +149,9 @@ def _layout_inputs(dtype, v, chunk, seed=0):
 
 # Both paths' outputs of each layout case (`_across_chunk_boundaries`' key), kept so that the
 # fused tests' comparisons with the recompute and materialized paths reuse the outputs the
-# chunked tests computed of the same case (the same program on the same inputs).
+# chunked tests computed of the same case: the same paths on the same inputs (from
+# `_both_many`'s program there, `_both`'s where a fused test runs first or alone); each is
+# held to its own bound against mpmath, so either serves.
 _SHARED: dict = {}
 
 
