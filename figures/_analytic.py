@@ -24,6 +24,7 @@ __all__ = [
     "EPS",
     "LOSSES",
     "exact_grad",
+    "measured_once",
     "normalized_steps",
     "soft_target_errors",
     "target_gradients",
@@ -33,24 +34,38 @@ DTYPES = (("bf16", ml_dtypes.bfloat16), ("fp32", np.float32), ("fp64", np.float6
 LOSSES = {"standard": standard, "fixed": numerics}
 
 
+def measured_once(maxsize: int):
+    """Decorator of a measurement fn(dtype, values, *args, **kwargs) -> {name: array}:
+    computed once per dtype, values (as float64: their bytes and shape), and arguments in a
+    process, and returned as copies. The figures and the report's claims ask for the same
+    measurement more than once (fig1's cliff rows read each cliff's two margins per claim,
+    fig3 and its figure share a grid). The results are kept with the compiled programs
+    (`tasks.compiled_cache`): those measured under other XLA options (a test's
+    `fast_compile`) are dropped with its programs."""
+
+    def decorate(fn):
+        @compiled_cache(maxsize=maxsize)
+        def measure(dtype, data: bytes, shape: tuple[int, ...], args: tuple, kwargs: tuple):
+            values = np.frombuffer(data, np.float64).reshape(shape)
+            return fn(dtype, values, *args, **dict(kwargs))
+
+        @functools.wraps(fn)
+        def once(dtype, values, *args, **kwargs):
+            values = np.asarray(values, np.float64)
+            key = (values.tobytes(), values.shape, args, tuple(sorted(kwargs.items())))
+            out = measure(np.dtype(dtype), *key)
+            return {name: array.copy() for name, array in out.items()}
+
+        return once
+
+    return decorate
+
+
+@measured_once(maxsize=256)
 def target_gradients(dtype, margins: np.ndarray, truth: bool = True) -> dict[str, np.ndarray]:
     """Target-logit gradient on [m, 0] per loss ('standard', 'fixed', and mpmath's 'truth'
-    unless `truth` is False), as float64.
-
-    Measured once per dtype, margins and `truth` in a process (copies are returned): the
-    figures and the report's claims ask for the same margins more than once (fig1's cliff
-    rows read each cliff's two margins per claim, fig3 and its figure share a grid), and every
-    call runs eager operations beside the jitted gradient."""
+    unless `truth` is False), as float64 (`measured_once`)."""
     m = np.asarray(margins, np.float64).astype(dtype)
-    out = _target_gradients(m.dtype, m.tobytes(), m.shape, truth)
-    return {key: value.copy() for key, value in out.items()}
-
-
-# Registered with the compiled programs: results measured under other XLA options (a test's
-# `fast_compile`) are dropped with its programs (tasks.clear_compiled_caches).
-@compiled_cache(maxsize=256)
-def _target_gradients(dtype, data: bytes, shape: tuple[int, ...], truth: bool):
-    m = np.frombuffer(data, dtype).reshape(shape)
     out = {}
     # The inputs built in NumPy (exact: a stack of dtype values), so the only programs are
     # the jitted gradients, one per loss, shape and dtype.
@@ -86,19 +101,12 @@ def _target_grad(cross_entropy):
     return jax.jit(lambda z, t: jax.vmap(jax.grad(cross_entropy))(z, t)[:, 0])
 
 
+@measured_once(maxsize=16)
 def soft_target_errors(
     dtype, distances: np.ndarray, rows: int = 8, k: int = 10, seed: int = 0
 ) -> dict[str, np.ndarray]:
     """Median-over-rows max-abs gradient error per loss, and the truth's size, per distance
-    (measured once per arguments in a process, like `target_gradients`; copies returned)."""
-    d = np.asarray(distances, np.float64)
-    out = _soft_target_errors(np.dtype(dtype), d.tobytes(), d.shape, rows, k, seed)
-    return {key: value.copy() for key, value in out.items()}
-
-
-@compiled_cache(maxsize=16)  # measured by compiled programs: cleared with them
-def _soft_target_errors(dtype, data: bytes, shape, rows: int, k: int, seed: int):
-    distances = np.frombuffer(data, np.float64).reshape(shape)
+    (`measured_once`)."""
     rng = np.random.default_rng(seed)
     teacher64 = rng.normal(0.0, 3.0, (rows, k))
     direction = rng.normal(size=(rows, k))

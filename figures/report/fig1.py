@@ -17,7 +17,14 @@ import numpy as np
 import optax
 
 import numerics
-from figures._analytic import DTYPES, LOSSES, exact_grad, soft_target_errors, target_gradients
+from figures._analytic import (
+    DTYPES,
+    LOSSES,
+    exact_grad,
+    measured_once,
+    soft_target_errors,
+    target_gradients,
+)
 from figures.registry import Claims
 from figures.report.claims import Evidence, Row, claim_row
 from figures.report.paper import (
@@ -233,19 +240,12 @@ def _underflow_rows() -> list[Row]:
     return rows
 
 
+@measured_once(maxsize=16)
 def gradient_sums(dtype, margins: np.ndarray) -> dict[str, np.ndarray]:
     """Eq. 4 on logits [m + ln 2, 0, 0] (target 0, margin m, K = 3): per loss the sum of the
     gradient and the sum of its magnitudes, as float64; 'truth' the exact non-target sum
-    e^-m / (1 + e^-m) (from mpmath at the rounded inputs); 'm' the exact margins. Measured
-    once per dtype and margins in a process, like `target_gradients` (copies returned)."""
-    m = np.asarray(margins, np.float64)
-    out = _gradient_sums(np.dtype(dtype), m.tobytes(), m.shape)
-    return {key: value.copy() for key, value in out.items()}
-
-
-@compiled_cache(maxsize=16)  # measured by compiled programs: cleared with them
-def _gradient_sums(dtype, data: bytes, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    margins = np.frombuffer(data, np.float64).reshape(shape)
+    e^-m / (1 + e^-m) (from mpmath at the rounded inputs); 'm' the exact margins
+    (`figures._analytic.measured_once`)."""
     z_t = (margins + np.log(2.0)).astype(dtype)
     out = {}
     zeros = np.zeros(z_t.shape, dtype)
