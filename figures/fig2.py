@@ -29,8 +29,21 @@ _TITLES = {
 
 
 def curves(ax_row, runs, title: str) -> None:
-    """Plot loss / margin / test accuracy of `runs` on three axes, one line per run."""
+    """Plot loss / margin / test accuracy of `runs` on three axes, one line per run; a
+    recipe without runs at this scale (fig2-bottom-cube at quick) names the command."""
     ax_loss, ax_margin, ax_acc = ax_row
+    if not runs:
+        ax_loss.set_title(title, loc="left")
+        ax_margin.text(
+            0.5,
+            0.5,
+            "full scale only:\ngrokbench figures fig2 --full",
+            ha="center",
+            va="center",
+            transform=ax_margin.transAxes,
+            fontsize=7,
+        )
+        return
     for loss in ("standard", "fixed"):
         for i, run in enumerate(select(runs, loss=loss)):
             m = run.metrics

@@ -104,6 +104,14 @@ def markdown(rows: list[dict]) -> str:
         f"{'/'.join(map(str, steps))} steps; test accuracy mean +- std over seeds, margin = "
         "mean final training margin. bf16 = bf16 compute on fp32 parameters."
     )
+    shown = {(r["precision"], r["loss"]) for r in rows}
+    absent = [f"{SHOW[p]} {label}" for p, loss, label in ROWS if (SHOW[p], loss) not in shown]
+    if absent:  # the quick recipe trains fixed and standard CE only (grokbench.recipes)
+        lines.append("")
+        lines.append(
+            f"Not in these runs: {', '.join(absent)}; the full recipe trains every variant "
+            "(`grokbench figures table1 --full`)."
+        )
     return "\n".join(lines) + "\n"
 
 
