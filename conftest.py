@@ -6,6 +6,7 @@ not a silent change of precision. Warnings are errors (pyproject.toml).
 """
 
 import atexit
+import contextlib
 import os
 import pathlib
 import shutil
@@ -87,6 +88,14 @@ def _fast_compile(request):
     if request.node.get_closest_marker("fast_compile") is None:
         yield
         return
+    with fast_compile():
+        yield
+
+
+@contextlib.contextmanager
+def fast_compile():
+    """Most of XLA's optimizations off inside; on leaving, every program compiled inside is
+    dropped (`_fast_compile`)."""
     from tasks import clear_compiled_caches
 
     jax.config.update("jax_disable_most_optimizations", True)
@@ -100,8 +109,15 @@ def _fast_compile(request):
 
 def pytest_collection_modifyitems(items):
     """Tests marked `first` run first: with `pytest -n 2` a test of minutes started last would
-    leave one worker idle while the other finishes it."""
+    leave one worker idle while the other finishes it. Within its file a `fast_compile` test
+    runs after the rest (the sort is stable, and `--dist loadfile` keeps a file's tests in
+    collection order on one worker): its teardown drops every compiled program, which the
+    file's other tests would otherwise compile again (or load from the persistent cache)."""
     items.sort(key=lambda item: item.get_closest_marker("first") is None)
+    position = {item.path: i for i, item in reversed(list(enumerate(items)))}
+    items.sort(
+        key=lambda item: (position[item.path], item.get_closest_marker("fast_compile") is not None)
+    )
 
 
 # GROKBENCH_COMPILE_REPORT=FILE: one JSON line per test (its file, wall, CPU and compile
