@@ -80,11 +80,7 @@ def _fast_compile(request):
     it is for smoke tests (finite values, a loss that moves, fields and shapes, two paths that
     must agree with each other) and structural properties (exact zeros), never for a test
     whose bound is a rounding-error model or that holds numbers to the bit
-    (tests/tasks/_compile.py's FAST_COMPILE is the same for one program).
-
-    The flag is not part of jax's in-memory cache key, so the executables compiled under it
-    are dropped when the test ends (the persistent cache keys on the options and keeps them
-    apart): no later test runs one."""
+    (tests/tasks/_compile.py's FAST_COMPILE is the same for one program)."""
     if request.node.get_closest_marker("fast_compile") is None:
         yield
         return
@@ -92,27 +88,37 @@ def _fast_compile(request):
         yield
 
 
+# The optimization flag is not part of jax's in-memory cache keys; this user context is
+# (`jax.make_user_context`: its value keys jax's tracing, lowering and compilation caches),
+# so a program compiled under the flag is never served outside it, and the programs every
+# other test compiled stay cached across a fast_compile test. The persistent cache keys on
+# the compile options, which the flag changes, and keeps them apart too.
+_FAST_COMPILE_KEY = jax.make_user_context(default_value=False)
+
+
 @contextlib.contextmanager
 def fast_compile():
-    """Most of XLA's optimizations off inside; on leaving, every program compiled inside is
-    dropped (`_fast_compile`)."""
+    """Most of XLA's optimizations off inside, with a cache key of its own (above); on
+    leaving, the library's registered caches are emptied (`tasks.clear_compiled_caches`:
+    its program builders and the values measured with them, such as figures' analytic
+    measurements, which were computed by programs compiled under the flag)."""
     from tasks import clear_compiled_caches
 
-    jax.config.update("jax_disable_most_optimizations", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_disable_most_optimizations", False)
-        clear_compiled_caches()
-        jax.clear_caches()
+    with _FAST_COMPILE_KEY(True):
+        jax.config.update("jax_disable_most_optimizations", True)
+        try:
+            yield
+        finally:
+            jax.config.update("jax_disable_most_optimizations", False)
+            clear_compiled_caches()
 
 
 def pytest_collection_modifyitems(items):
     """Tests marked `first` run first: with `pytest -n 2` a test of minutes started last would
     leave one worker idle while the other finishes it. Within its file a `fast_compile` test
     runs after the rest (the sort is stable, and `--dist loadfile` keeps a file's tests in
-    collection order on one worker): its teardown drops every compiled program, which the
-    file's other tests would otherwise compile again (or load from the persistent cache)."""
+    collection order on one worker): its teardown empties the library's registered caches
+    (`fast_compile`), which the file's other tests would otherwise build again."""
     items.sort(key=lambda item: item.get_closest_marker("first") is None)
     position = {item.path: i for i, item in reversed(list(enumerate(items)))}
     items.sort(

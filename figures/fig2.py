@@ -2,7 +2,8 @@
 
 Top: a+b mod 31, 1-layer transformer, AdamW (lambda 1, eps 1e-8), fp32 (`fig2-top`).
 Bottom: a^2+b^2 mod 97, 2-layer MLP, Adam (lambda 0, eps 1e-16), fp32 (`fig2-bottom`);
-below it Sec. 4's a^3+b mod 97 in the same setting (`fig2-bottom-cube`).
+below it Sec. 4's a^3+b mod 97 in the same setting (`fig2-bottom-cube`; it has no quick runs,
+so at --quick its row names the command that trains it).
 Columns: the training cross-entropy (the exact value from the margins, `train_ce`, so
 standard CE's collapsed loss of 0 hides nothing), the mean training margin with c32 and
 log(1/eps) marked, and test accuracy. One thin line per seed.
