@@ -35,7 +35,7 @@ def test_a_program_compiled_under_fast_compile_is_not_served_after_it():
 
 
 def test_fast_compile_tests_run_last_in_their_file(request):
-    # conftest.pytest_collection_modifyitems: their teardown drops every compiled program.
+    # conftest.pytest_collection_modifyitems: their teardown empties the registered caches.
     by_file: dict = {}
     for item in request.session.items:
         by_file.setdefault(item.path, []).append(
