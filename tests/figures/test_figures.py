@@ -130,6 +130,27 @@ def test_second_build_trains_nothing(tmp_path, fake_engine):  # builds fig2 twic
     assert len(fake_engine) == trained
 
 
+def test_fig2_at_quick_draws_the_cube_row_from_full_scale_only(tmp_path, fake_engine, monkeypatch):
+    """fig2-bottom-cube has no quick runs (grokbench.recipes): the quick build trains none and
+    its row names the command that does."""
+    import figures.fig2
+
+    texts = []
+
+    def keep(fig, ctx, name):
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        return save(fig, ctx, name)
+
+    save = figures.fig2.save
+    monkeypatch.setattr(figures.fig2, "save", keep)
+    quick_seeds = {k: v for k, v in TINY.items() if k != "seeds"}  # the recipes' own seeds
+    written = _build(tmp_path, ["fig2"], overrides=quick_seeds)
+    assert [p.name for p in written["fig2"]] == ["fig2.png", "fig2.pdf"]
+    tasks = {cfg.task for batch in fake_engine for cfg in batch}
+    assert tasks == {"a+b", "a^2+b^2"}  # fig2-top and fig2-bottom only
+    assert "full scale only:\ngrokbench figures fig2 --full" in texts
+
+
 def test_table1_markdown_and_csv(tmp_path, fake_engine):
     _build(tmp_path, ["table1"])
     md = (tmp_path / "table1.md").read_text()
