@@ -103,8 +103,9 @@ def test_gate_bias_is_logit_of_pi_init():
 # The linear gate's case is the slow tier's: its fast sibling is the tiny gated decoder of
 # tests/tasks/test_quant_probe.py, whose two linear gates (pi_init 0.25) it checks the same
 # way, and the linear-gated encoder of tests/tasks/test_quant_corpus.py runs its forward pass.
-# No `fast_compile` mark: its one program is jitted at FAST_COMPILE, and the mark would drop
-# every compiled program at the end (the init's, which the two cases and _dead_rows share).
+# No `fast_compile` mark: its one program is jitted at FAST_COMPILE, and under the mark the
+# init's programs, which the two cases and _dead_rows share, would be compiled under a cache
+# key of their own (conftest.py, fast_compile) and again outside it.
 @pytest.mark.parametrize(
     "gate", [pytest.param("linear", marks=pytest.mark.slow), "mlp", "all_heads"]
 )

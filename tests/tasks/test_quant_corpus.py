@@ -100,8 +100,9 @@ def test_eval_batches_are_fixed(corpus):
             np.testing.assert_array_equal(x[k], y[k])
 
 
-# No `fast_compile` mark: its one program is jitted at FAST_COMPILE, and the mark would drop
-# the init's programs, which both families and test_bos_noise_replaces_the_first_token share.
+# No `fast_compile` mark: its one program is jitted at FAST_COMPILE, and under the mark the
+# init's programs, which both families and test_bos_noise_replaces_the_first_token share, would
+# be compiled under a cache key of their own (conftest.py, fast_compile) and again outside it.
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
 def test_model_shapes_taps_and_causality(family):
     cfg = QuantModelConfig(
