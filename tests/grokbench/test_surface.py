@@ -30,12 +30,6 @@ USER_PAGES = sorted(
 to contributors, so naming a name there does not make it public."""
 
 
-def _trees(*where: str) -> dict[str, ast.Module]:
-    """Dotted name -> syntax tree of every module under `where` (directories or files): a new
-    dict each call; the trees, parsed once per process by tests/_sources.py, are only read."""
-    return sources.trees(*where)
-
-
 def _all(tree: ast.Module) -> list[str] | None:
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else []
@@ -213,7 +207,7 @@ def _stray_names(harness: dict[str, ast.Module]) -> list[str]:
 def test_every_harness_module_declares_its_surface():
     """Each module of the harness lists its public names in `__all__` (a package's
     `__init__` may instead re-export them as `X as X`); `__main__` modules are scripts."""
-    harness = _trees(HARNESS)
+    harness = sources.trees(HARNESS)
     missing = [
         name
         for name, tree in harness.items()
@@ -223,9 +217,9 @@ def test_every_harness_module_declares_its_surface():
 
 
 def test_every_public_name_is_used_above_the_harness_or_documented():
-    harness = _trees(HARNESS)
+    harness = sources.trees(HARNESS)
     pages = [p.read_text() for p in USER_PAGES]
-    bad = _unused_exports(harness, _trees(*LAYERS), pages)
+    bad = _unused_exports(harness, sources.trees(*LAYERS), pages)
     assert not bad, (
         "public names no other layer uses and no user page names: drop them from __all__ "
         f"(package-internal) or start them with an underscore (module-private): {bad}"
@@ -233,15 +227,15 @@ def test_every_public_name_is_used_above_the_harness_or_documented():
 
 
 def test_every_other_name_is_package_internal_or_private():
-    bad = _stray_names(_trees(HARNESS))
+    bad = _stray_names(sources.trees(HARNESS))
     assert not bad, f"export these or start them with an underscore: {bad}"
 
 
 def test_the_checks_see_uses_and_catch_an_unused_export():
     """The checks are not vacuous: they see figures' use of `Store` and the face's of
     `KIND_CALLS` (named by string), and catch a name exported or left public for nobody."""
-    harness = _trees(HARNESS)
-    layers = _trees(*LAYERS)
+    harness = sources.trees(HARNESS)
+    layers = sources.trees(*LAYERS)
     refs = set().union(*(_references(t, set(harness)) for t in layers.values()))
     assert ("grokbench.store", "Store") in refs
     face = _references(harness["grokbench.cli.app"], set(harness))
