@@ -116,12 +116,35 @@ def gate_init(
 
 def normal_draw(key: jax.Array, index: int, shape: tuple[int, ...], std: float) -> jax.Array:
     """One weight of the lab's inits: N(0, 1) drawn from fold_in(key, index), times std, in
-    float32. One compiled program per shape, shared by every parameter, layer and config of
-    that shape (a jitted init of the whole model compiled one threefry loop per parameter
-    again for each architecture: about 1.5 s a config on 2 CPU cores). The values are those
-    the one-program init drew, bit for bit: the quant golden case (tests/grokbench/golden.py)
-    kept its values at every ISA level recorded when the init changed to this."""
-    return _normal_draw(key, index, shape, np.float32(std))
+    float32.
+
+    The draw is made at a bucketed length (`_draw_length`: at least 4,096, else the next
+    power of two) and its first prod(shape) values, in order, are the weight. jax's
+    partitionable threefry (the default) gives each value the bits of its flat index only,
+    so these are the values a draw of `shape` itself gives, bit for bit; and one compiled
+    program serves every weight of up to 4,096 values, of every layer and config (a
+    threefry program compiles in about 0.4 s on this project's 2-core CPU; one per shape
+    was 50 programs and 19 s of the test suite's fast tier). A weight of one value keeps
+    its own program: XLA computes a single-element draw in other last bits (measured, and
+    checked by tests/tasks/test_quant_attention.py). The quant golden case
+    (tests/grokbench/golden.py) holds the values to the bit on its recorded machines."""
+    size = math.prod(shape)
+    std = np.float32(std)
+    if size < 2:
+        return _normal_draw(key, index, shape, std)
+    flat = _normal_draw(key, index, (_draw_length(size),), std)
+    if isinstance(flat, jax.core.Tracer):  # inside jit or eval_shape: slice in the program
+        return flat[:size].reshape(shape)
+    # Eager: slice on the host, so no program is compiled per shape for the slice either.
+    return jnp.asarray(np.asarray(flat)[:size].reshape(shape))
+
+
+_MIN_DRAW = 4096
+
+
+def _draw_length(size: int) -> int:
+    """The length `normal_draw` draws for a weight of `size` values."""
+    return max(_MIN_DRAW, 1 << (size - 1).bit_length())
 
 
 @functools.partial(jax.jit, static_argnums=2)

@@ -9,7 +9,16 @@ import pytest
 
 import numerics
 from tasks.quant import QuantModelConfig, quant_model_apply, quant_model_init
-from tasks.quant._attention import attention, gate_init, gate_logits, identity_tap, logit
+from tasks.quant._attention import (
+    _draw_length,
+    _normal_draw,
+    attention,
+    gate_init,
+    gate_logits,
+    identity_tap,
+    logit,
+    normal_draw,
+)
 from tests.tasks._compile import FAST_COMPILE
 
 # Rows of the Jacobian per sample, gamma and zeta arguments (not constants): one program for
@@ -189,3 +198,50 @@ def test_mlp_gate_has_d_head_over_4_units_fed_its_own_slice():
     jac = np.asarray(jac).reshape(4, 4, 32)  # head, input head slice, dims
     off_diagonal = ~np.eye(4, dtype=bool)
     assert np.all(jac[off_diagonal] == 0.0) and np.all(np.abs(jac[~off_diagonal]).sum(-1) > 0)
+
+
+# Shapes of 1 to 70,000 values, odd and even, 1-D to 3-D, in four length buckets
+# (tasks/quant/_attention.py, `normal_draw`), on seeds and indices not used elsewhere. The
+# reference draws compile a threefry program per shape, so the fast tier checks two: one value
+# (its own program) and an odd 3-D shape sliced from the smallest bucket.
+@pytest.mark.bitwise
+@pytest.mark.parametrize(
+    ("seed", "index", "shape"),
+    [
+        (7, 3, (1, 1)),  # a seed and index where one value drawn alone rounds otherwise
+        (77, 4, (3, 5, 7)),
+        pytest.param(2024, 5, (2,), marks=pytest.mark.slow),
+        pytest.param(9, 6, (17, 33), marks=pytest.mark.slow),
+        pytest.param(31, 7, (64, 64), marks=pytest.mark.slow),
+        pytest.param(4, 8, (4097,), marks=pytest.mark.slow),
+        pytest.param(1, 9, (257, 259), marks=pytest.mark.slow),
+        pytest.param(123, 10, (70_001,), marks=pytest.mark.slow),
+    ],
+)
+def test_bucketed_draw_is_the_draw_of_the_shape_bit_for_bit(seed, index, shape):
+    """`normal_draw` takes a weight from a longer draw; its values must be those of the
+    program that draws the weight's own shape, the init before the buckets (partitionable
+    threefry keys each value by its flat index): eagerly, as the lab draws, and inside jit,
+    where the slice is part of the program (std is then a constant of the outer program, which
+    XLA may fold otherwise than the eager program does, so each is held to its own kind)."""
+    key, std = jax.random.key(seed), np.float32(0.02 * (index % 3 + 1))
+    eager = normal_draw(key, index, shape, std)
+    traced = jax.jit(lambda k, i: normal_draw(k, i, shape, std))(key, index)
+    # The draws of the shape itself, one program per shape, as before the buckets.
+    want_eager = _normal_draw(key, index, shape, std)
+    want_traced = jax.jit(lambda k, i: _normal_draw(k, i, shape, std))(key, index)
+    assert isinstance(eager, jax.Array) and eager.shape == shape == traced.shape
+    assert eager.dtype == traced.dtype == jnp.float32
+    for got, want in ((eager, want_eager), (traced, want_traced)):
+        np.testing.assert_array_equal(
+            np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32)
+        )
+
+
+def test_weights_up_to_4096_values_share_one_draw_program():
+    before = _normal_draw._cache_size()
+    key = jax.random.key(8)
+    for index, shape in enumerate([(16, 48), (48, 16), (12, 16), (2, 8), (64, 64), (4096,)]):
+        normal_draw(key, index, shape, 0.02)
+    assert _normal_draw._cache_size() - before <= 1
+    assert [_draw_length(n) for n in (2, 4096, 4097, 70_001)] == [4096, 4096, 8192, 131_072]
