@@ -135,8 +135,9 @@ def normal_draw(key: jax.Array, index: int, shape: tuple[int, ...], std: float) 
     flat = _normal_draw(key, index, (_draw_length(size),), std)
     if isinstance(flat, jax.core.Tracer):  # inside jit or eval_shape: slice in the program
         return flat[:size].reshape(shape)
-    # Eager: slice on the host, so no program is compiled per shape for the slice either.
-    return jnp.asarray(np.asarray(flat)[:size].reshape(shape))
+    # Eager: slice on the host and put the weight back as it is (`jnp.asarray` would compile
+    # a copy program per shape), so no program is compiled per shape at all.
+    return jax.device_put(np.asarray(flat)[:size].reshape(shape))
 
 
 _MIN_DRAW = 4096
