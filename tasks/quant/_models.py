@@ -167,7 +167,8 @@ def quant_model_init(key: jax.Array, cfg: QuantModelConfig, pi_init: float = 0.5
 
 
 def _init(key: jax.Array, cfg: QuantModelConfig, pi_init: float) -> dict:
-    # Not one jitted program: each weight is drawn by `normal_draw`, one program per shape.
+    # Not one jitted program: each weight is drawn by `normal_draw`, whose one program serves
+    # every weight of up to 4,096 values (longer ones: one per power-of-two length).
     params = {}
     for i, (name, shape) in enumerate(sorted(cfg.param_shapes().items())):
         if ".gate." in name:
