@@ -200,10 +200,10 @@ def test_mlp_gate_has_d_head_over_4_units_fed_its_own_slice():
     assert np.all(jac[off_diagonal] == 0.0) and np.all(np.abs(jac[~off_diagonal]).sum(-1) > 0)
 
 
-# Shapes of 1 to 70,000 values, odd and even, 1-D to 3-D, in four length buckets
-# (tasks/quant/_attention.py, `normal_draw`), on seeds and indices not used elsewhere. The
-# reference draws compile a threefry program per shape, so the fast tier checks two: one value
-# (its own program) and an odd 3-D shape sliced from the smallest bucket.
+# Shapes of 1 to 70,001 values, odd and even, 1-D to 3-D: one value (its own program) and the
+# length buckets 4,096, 8,192 and 131,072 (tasks/quant/_attention.py, `normal_draw`), on seeds
+# and indices not used elsewhere. The reference draws compile a threefry program per shape, so
+# the fast tier checks two: the one value and an odd 3-D shape sliced from the smallest bucket.
 @pytest.mark.bitwise
 @pytest.mark.parametrize(
     ("seed", "index", "shape"),
