@@ -58,10 +58,11 @@ def fake_engine(monkeypatch):
     return calls
 
 
-def _build(tmp_path, names, overrides=TINY, out=None, log=lambda *a, **k: None, jobs=1):
+def _build(tmp_path, names, overrides=TINY, out=None, log=lambda *a, **k: None, jobs=1, quick=True):
     """`build.build` as the tests run it: the store under tmp_path, quiet, no report."""
     return build.build(
         names,
+        quick=quick,
         out=tmp_path if out is None else out,
         store=Store(tmp_path / "store"),
         overrides=overrides,
@@ -163,16 +164,7 @@ def test_table1_markdown_and_csv(tmp_path, fake_engine):
     assert len(frame) == 6  # 6 variants x the quick recipe's one eps (1e-8)
     assert frame["eps"].eq(1e-8).all() and frame["seeds"].eq(2).all()
     # The full recipe (at TINY's size): every variant and eps column.
-    build.build(
-        ["table1"],
-        quick=False,
-        out=tmp_path,
-        store=Store(tmp_path / "store"),
-        overrides=TINY,
-        progress=False,
-        report=False,
-        log=lambda *a, **k: None,
-    )
+    _build(tmp_path, ["table1"], quick=False)
     md = (tmp_path / "table1.md").read_text()
     assert "| fp32 | StableMax |" in md and "Not in these runs" not in md
     frame = pd.read_csv(tmp_path / "table1.csv")
