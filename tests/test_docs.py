@@ -181,6 +181,139 @@ def test_python_examples_run(page, index):
     exec(compile(_python_blocks(page)[index], f"{page.name}[{index}]", "exec"), {})
 
 
+def _doctest_examples() -> list[tuple[str, str, dict]]:
+    """(where, source, globals) of every example in the numerics package's docstrings: the
+    doctests `pytest --doctest-modules` collects (testpaths), each with its module's names."""
+    import doctest
+    import importlib
+    import pkgutil
+
+    import numerics
+
+    for flag in ("ALLOW_UNICODE", "ALLOW_BYTES", "NUMBER"):  # pytest's own option flags
+        doctest.register_optionflag(flag)
+    out = []
+    finder = doctest.DocTestFinder()
+    for info in pkgutil.iter_modules(numerics.__path__):
+        module = importlib.import_module(f"numerics.{info.name}")
+        for test in finder.find(module):
+            source = "".join(example.source for example in test.examples)
+            if source:
+                out.append((test.name, source, dict(module.__dict__)))
+    return out
+
+
+def _unknown_names(source: str, where: str, names: dict) -> list[str]:
+    """What `source` names that does not exist: a module it imports, an attribute of a module
+    or class it reaches by a dotted name, a keyword (or one positional argument too many) of
+    a function it calls by such a name. Names an example binds itself (variables) are not
+    followed. A statically resolvable call is checked with `inspect.Signature.bind_partial`,
+    so a renamed function or keyword in the library fails here before the example runs."""
+    import ast
+    import importlib
+    import inspect
+    import types
+
+    tree = ast.parse(source, where)  # a syntax error fails here too
+    names = dict(names)
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                try:
+                    module = importlib.import_module(alias.name)
+                except ImportError as e:
+                    problems.append(f"{where}: import {alias.name}: {e}")
+                    continue
+                if alias.asname:
+                    names[alias.asname] = module
+                else:
+                    names[alias.name.split(".")[0]] = importlib.import_module(
+                        alias.name.split(".")[0]
+                    )
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            try:
+                module = importlib.import_module(node.module)
+            except ImportError as e:
+                problems.append(f"{where}: from {node.module}: {e}")
+                continue
+            for alias in node.names:
+                if not hasattr(module, alias.name):
+                    problems.append(f"{where}: {node.module} has no {alias.name}")
+                else:
+                    names[alias.asname or alias.name] = getattr(module, alias.name)
+
+    def resolve(expr):
+        """The object a dotted name rooted in a module or class stands for, else None."""
+        if isinstance(expr, ast.Name):
+            value = names.get(expr.id)
+            return value if isinstance(value, (types.ModuleType, type)) or callable(value) else None
+        if isinstance(expr, ast.Attribute):
+            base = resolve(expr.value)
+            if not isinstance(base, (types.ModuleType, type)):
+                return None
+            if not hasattr(base, expr.attr):
+                problems.append(f"{where}: {ast.unparse(expr)} does not exist")
+                return None
+            return getattr(base, expr.attr)
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            resolve(node)
+        if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
+            continue
+        fn = resolve(node.func)
+        if fn is None or isinstance(fn, type):
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(
+            k.arg is None for k in node.keywords
+        ):
+            continue
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin or C function without one
+            continue
+        try:
+            signature.bind_partial(*node.args, **{k.arg: None for k in node.keywords})
+        except TypeError as e:
+            problems.append(f"{where}: {ast.unparse(node.func)}(...): {e}")
+    return problems
+
+
+def _page_examples() -> list[tuple[str, str, dict]]:
+    return [
+        (f"{p.name}[{i}]", block, {}) for p in RUNNABLE for i, block in enumerate(_python_blocks(p))
+    ]
+
+
+def test_every_example_names_what_exists():
+    """Every example of the docs pages and the numerics docstrings parses and names only
+    modules, functions and keywords that exist: in the fast tier for the examples that only
+    the slow tier runs (each page's later ones), and with a message that names the missing
+    name for the others."""
+    examples = [*_page_examples(), *_doctest_examples()]
+    assert len(examples) >= 40 and any(w.startswith("numerics.") for w, _, _ in examples)
+    problems = [
+        p for where, source, names in examples for p in _unknown_names(source, where, names)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_renamed_function_or_keyword_fails_the_example_check():
+    import numerics
+
+    names = {"numerics": numerics}
+    assert _unknown_names("numerics.cross_entropy(x, y, axis=-1)", "ok", names) == []
+    assert _unknown_names("numerics.cross_entropy(x, y, no_such_option=1)", "kw", names)
+    assert _unknown_names("numerics.cross_entropy_renamed(x, y)", "name", names)
+    assert _unknown_names("from numerics import cross_entropy_renamed", "import", {})
+    assert _unknown_names("import numerics.no_such_module", "module", {})
+    assert _unknown_names("numerics.logit_margin(x, y, z, w, v, u, t, s)", "positional", names)
+    with pytest.raises(SyntaxError):
+        _unknown_names("numerics.cross_entropy(x,", "syntax", names)
+
+
 # --- the numbers the docs quote come from the results bundle (docs/data) ----------------------
 
 

@@ -133,6 +133,10 @@ def test_nan_swallowed_and_bad_signatures():
         testing.check_cross_entropy(lambda z, t: jnp.mean(z), "fp32")
     with pytest.raises(TypeError, match="expected bf16, fp16, fp32 or fp64"):
         testing.check_softmax(jax.nn.softmax, "float8")
+    # Every check refuses a function that raises on plain input, before its sweep.
+    for check in testing.CHECKS.values():
+        with pytest.raises(testing.SignatureError, match="raised RuntimeError: kaboom"):
+            check(lambda *a, **k: raises(None, None), "fp32")
 
 
 def test_assert_ulp_close_says_where_and_by_how_much():

@@ -402,8 +402,10 @@ def test_batch_axis_alone():
 
 def test_example_mask():
     """`where` of the labels' rank (whole examples left out) on sharded logits: the
-    unsharded call's losses and gradient, padding rows exactly 0 in both."""
-    mesh = _mesh((2,), ("vocab",))
+    unsharded call's losses and gradient, padding rows exactly 0 in both. On a mesh with
+    Explicit axes (`jax.make_mesh`'s default, the docstrings' example): the inputs are
+    resharded to the specs first (`_shard_map`); the other tests' meshes are Auto."""
+    mesh = jax.make_mesh((2,), ("vocab",), axis_types=(jax.sharding.AxisType.Explicit,))
     hidden, weight, _, labels, where, _ = _case(F32)
     labels = np.where(labels < 0, 3, labels).astype(np.int32)
     logits = jnp.asarray(hidden @ weight)
