@@ -132,9 +132,52 @@ def pytest_collection_modifyitems(items):
 # and the test suite").
 _COMPILE_REPORT = os.environ.get("GROKBENCH_COMPILE_REPORT")
 
+# GROKBENCH_PROGRAM_LOG=FILE: which tests use each compiled program. jax's in-memory caches are
+# emptied before every test, so each program a test uses goes through the persistent cache: a
+# line per lookup (its test, the program's cache key, hit or not) and per compile (its
+# seconds). `benchmarks/suite_times.py --programs FILE` then says how much compile each file
+# or test alone needs: what moving it to the slow tier would save (docs/studies/
+# build-and-suite-timing.md, the thirteenth pass). The hooks are jax's private
+# `_cache_read` and `_compile_and_write_cache` (jax is pinned); a logged run compiles what a
+# plain one does, but its times are not the suite's (every test reloads its programs).
+_PROGRAM_LOG = os.environ.get("GROKBENCH_PROGRAM_LOG")
+_CURRENT_TEST = [None]
+
+
+def _log_programs(path: str) -> None:
+    import json
+
+    from jax._src import compiler
+
+    read, compile_and_write = compiler._cache_read, compiler._compile_and_write_cache
+
+    def log(**fields) -> None:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"test": _CURRENT_TEST[0], **fields}) + "\n")
+
+    def logged_read(module_name, cache_key, *args, **kwargs):
+        out = read(module_name, cache_key, *args, **kwargs)
+        log(event="read", program=module_name, key=cache_key, hit=out[0] is not None)
+        return out
+
+    def logged_compile(*args):
+        start = time.perf_counter()
+        out = compile_and_write(*args)
+        log(event="compile", program=args[-2], key=args[-1], seconds=time.perf_counter() - start)
+        return out
+
+    compiler._cache_read, compiler._compile_and_write_cache = logged_read, logged_compile
+
+
+if _PROGRAM_LOG:
+    _log_programs(_PROGRAM_LOG)
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    if _PROGRAM_LOG:
+        _CURRENT_TEST[0] = item.nodeid
+        jax.clear_caches()
     if not _COMPILE_REPORT:
         return (yield)
     import json

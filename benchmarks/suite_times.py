@@ -8,6 +8,15 @@ seconds are jax's tracing, lowering and XLA compile time of the programs each te
 (`grokbench.runtime.CompileMeter`), and `cached` the programs a persistent compilation
 cache served instead of compiling. A line per worker follows: its busy seconds and how long
 before the last worker it finished (the run's idle tail).
+
+    GROKBENCH_PROGRAM_LOG=/tmp/programs.jsonl pytest -n 2       # which tests use each program
+    python benchmarks/suite_times.py --programs /tmp/programs.jsonl
+
+`--programs` reads the root conftest's program log (every program each test uses, and each
+program's compile seconds) and sums, per file and per test, the compile of the programs that
+no other file (test) uses: what moving it to the slow tier would save in compile. A test's
+own compile seconds in the report above overstate that where its programs are shared, since
+a shared program is charged to whichever test compiles it first.
 """
 
 from __future__ import annotations
@@ -69,12 +78,57 @@ def per_worker(lines: list[dict]) -> str:
     return "\n".join(out)
 
 
+def sole_users(lines: list[dict], key=lambda test: test) -> tuple[dict[str, float], dict]:
+    """The compile seconds of the programs that one group alone uses, per group (`key` maps a
+    test id to its group: itself, or its file), and the totals: every program's compile
+    seconds, and those of programs used by more than one group."""
+    seconds: dict[str, float] = {}
+    users: dict[str, set] = collections.defaultdict(set)
+    for record in lines:
+        if record["event"] == "compile":
+            seconds[record["key"]] = max(seconds.get(record["key"], 0.0), record["seconds"])
+        if record["test"] is not None:
+            users[record["key"]].add(key(record["test"]))
+    alone: dict[str, float] = collections.defaultdict(float)
+    shared = 0.0
+    for program, groups in users.items():
+        if len(groups) == 1:
+            alone[next(iter(groups))] += seconds.get(program, 0.0)
+        else:
+            shared += seconds.get(program, 0.0)
+    return dict(alone), {"compile": sum(seconds.values()), "shared": shared}
+
+
+def markdown_programs(lines: list[dict], top: int) -> str:
+    by_file, totals = sole_users(lines, key=lambda test: test.split("::")[0])
+    by_test, _ = sole_users(lines)
+    out = [
+        f"XLA compile {totals['compile']:.1f} s; in programs one file alone uses "
+        f"{sum(by_file.values()):.1f} s, in programs several files use {totals['shared']:.1f} s",
+        "",
+        "| test file | compile of the programs only it uses (s) |",
+        "| --- | ---: |",
+    ]
+    for name, value in sorted(by_file.items(), key=lambda kv: -kv[1])[:top]:
+        out.append(f"| {name} | {value:.1f} |")
+    out += ["", "| test | compile of the programs only it uses (s) |", "| --- | ---: |"]
+    for name, value in sorted(by_test.items(), key=lambda kv: -kv[1])[:top]:
+        out.append(f"| {name} | {value:.1f} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=pathlib.Path, help="the GROKBENCH_COMPILE_REPORT file")
-    parser.add_argument("--top", type=int, default=15, help="files shown (default: 15)")
+    parser.add_argument("--top", type=int, default=15, help="rows shown (default: 15)")
+    parser.add_argument(
+        "--programs", action="store_true", help="REPORT is a GROKBENCH_PROGRAM_LOG file"
+    )
     args = parser.parse_args()
     lines = [json.loads(x) for x in args.report.read_text().splitlines() if x.strip()]
+    if args.programs:
+        print(markdown_programs(lines, args.top))
+        return
     print(markdown(per_file(lines), args.top))
     print(per_worker(lines))
 

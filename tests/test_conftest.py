@@ -1,6 +1,12 @@
 """The suite's own machinery (conftest.py, tests/conftest.py): the fast_compile marker and
 the fast_dtypes tiers."""
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,3 +78,63 @@ def test_fast_compile_tests_run_last_in_their_file(request):
 def test_fast_dtypes_marks_the_other_dtypes_slow(request, dtype):
     slow = request.node.get_closest_marker("slow") is not None
     assert slow == (np.dtype(dtype) in (np.dtype(F16), np.dtype(F64)))
+
+
+def test_sole_users_charges_a_program_to_its_one_user_only():
+    from benchmarks import suite_times
+
+    lines = [
+        {"test": "a.py::t1", "event": "read", "key": "k1", "hit": False},
+        {"test": "a.py::t1", "event": "compile", "key": "k1", "seconds": 2.0},
+        {"test": "b.py::t2", "event": "read", "key": "k1", "hit": True},
+        {"test": "a.py::t3", "event": "read", "key": "k2", "hit": False},
+        {"test": "a.py::t3", "event": "compile", "key": "k2", "seconds": 0.5},
+        {"test": "a.py::t1", "event": "read", "key": "k3", "hit": False},
+        {"test": "a.py::t1", "event": "compile", "key": "k3", "seconds": 1.0},
+        {"test": "a.py::t3", "event": "read", "key": "k3", "hit": True},
+    ]
+    by_test, totals = suite_times.sole_users(lines)
+    assert by_test == {"a.py::t3": 0.5} and totals == {"compile": 3.5, "shared": 3.0}
+    by_file, _ = suite_times.sole_users(lines, key=lambda t: t.split("::")[0])
+    assert by_file == {"a.py": 1.5}  # k2 and k3; k1 is b.py's too
+
+
+# slow: a pytest subprocess (about 6 s); fast sibling: the test above (the attribution on
+# fabricated log lines).
+@pytest.mark.slow
+def test_the_program_log_says_which_tests_alone_need_a_program(tmp_path):
+    """GROKBENCH_PROGRAM_LOG (the root conftest, loaded as a plugin) in a pytest run of three
+    tests on an empty cache: two share a program, one has its own; benchmarks/suite_times.py
+    --programs charges the shared one to neither of its tests and the other to its test."""
+    from benchmarks import suite_times
+
+    (tmp_path / "test_three.py").write_text(
+        "import jax, jax.numpy as jnp\n"
+        "double = jax.jit(lambda x: 2 * x)\n"
+        "def test_shared_a():\n    assert double(jnp.ones(3))[0] == 2\n"
+        "def test_shared_b():\n    assert double(jnp.ones(3))[1] == 2\n"
+        "def test_own():\n    assert jax.jit(lambda x: x + 7)(jnp.ones(5))[0] == 8\n"
+    )
+    log = tmp_path / "programs.jsonl"
+    root = pathlib.Path(conftest.__file__).resolve().parent
+    env = {
+        **os.environ,
+        "GROKBENCH_PROGRAM_LOG": str(log),
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),  # empty: each program compiles
+        "PYTHONPATH": str(root),
+    }
+    env.pop("GROKBENCH_COMPILE_REPORT", None)
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest"]
+    subprocess.run(
+        [*run, "-n", "0", "-c", str(root / "pyproject.toml"), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    used = {(r["test"].split("::")[-1], r["program"]) for r in lines if r["event"] == "read"}
+    assert {("test_shared_a", "jit__lambda"), ("test_shared_b", "jit__lambda")} <= used
+    by_test, totals = suite_times.sole_users(lines, key=lambda t: t.split("::")[-1])
+    assert "test_own" in by_test and "test_shared_a" not in by_test
+    assert 0 < by_test["test_own"] <= totals["compile"] and totals["shared"] > 0
