@@ -135,7 +135,8 @@ _COMPILE_REPORT = os.environ.get("GROKBENCH_COMPILE_REPORT")
 # GROKBENCH_PROGRAM_LOG=FILE: which tests use each compiled program. jax's in-memory caches are
 # emptied before every test, so each program a test uses goes through the persistent cache: a
 # line per lookup (its test, the program's cache key, hit or not) and per compile (its
-# seconds). `benchmarks/suite_times.py --programs FILE` then says how much compile each file
+# seconds, the cache write included; programs that CLI subprocesses compile are not logged).
+# `benchmarks/suite_times.py --programs FILE` then says how much compile each file
 # or test alone needs: what moving it to the slow tier would save (docs/studies/
 # build-and-suite-timing.md, the thirteenth pass). The hooks are jax's private
 # `_cache_read` and `_compile_and_write_cache` (jax is pinned); a logged run compiles what a
