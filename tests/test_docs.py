@@ -243,8 +243,15 @@ def _unknown_names(source: str, where: str, names: dict) -> list[str]:
                 else:
                     names[alias.asname or alias.name] = getattr(module, alias.name)
 
+    resolved: dict[int, object] = {}  # each node once: a missing name is reported once
+
     def resolve(expr):
         """The object a dotted name rooted in a module or class stands for, else None."""
+        if id(expr) not in resolved:
+            resolved[id(expr)] = _resolve(expr)
+        return resolved[id(expr)]
+
+    def _resolve(expr):
         if isinstance(expr, ast.Name):
             value = names.get(expr.id)
             return value if isinstance(value, (types.ModuleType, type)) or callable(value) else None
