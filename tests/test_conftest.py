@@ -4,6 +4,7 @@ the fast_dtypes tiers."""
 import json
 import os
 import pathlib
+import pickle
 import subprocess
 import sys
 
@@ -138,3 +139,81 @@ def test_the_program_log_says_which_tests_alone_need_a_program(tmp_path):
     by_test, totals = suite_times.sole_users(lines, key=lambda t: t.split("::")[-1])
     assert "test_own" in by_test and "test_shared_a" not in by_test
     assert 0 < by_test["test_own"] <= totals["compile"] and totals["shared"] > 0
+
+
+# --- benchmarks/compile_options.py: XLA options replayed on the suite's programs ----------------
+
+
+def _saved_programs(out: pathlib.Path, monkeypatch) -> list[pathlib.Path]:
+    """Two programs compiled inside `saving`; every persistent-cache lookup misses, so both
+    reach XLA even where an earlier run cached them."""
+    from jax._src import compiler
+
+    from benchmarks import compile_options
+
+    monkeypatch.setattr(compiler, "_cache_read", lambda *args, **kwargs: (None, None))
+    x = np.linspace(-3.0, 3.0, 64, dtype=np.float32)
+    rows, labels = np.ones((4, 7), jnp.bfloat16), np.arange(4, dtype=np.int32)
+    with compile_options.saving(out):
+        jax.jit(lambda x: jnp.maximum(jnp.log(x), 0.0)).lower(x).compile()
+        # with options of its own, as the engine's programs have (grokbench.config.xla_options)
+        take = jax.jit(
+            lambda z, i: jnp.take_along_axis(z, i[:, None], 1) * 2,
+            compiler_options={"xla_cpu_enable_fast_min_max": True},
+        )
+        take.lower(rows, labels).compile()
+    return sorted(out.glob("*.pkl"))
+
+
+def test_compile_options_replays_saved_programs_and_finds_moved_bits(tmp_path, monkeypatch):
+    from benchmarks import compile_options
+
+    paths = _saved_programs(tmp_path, monkeypatch)
+    assert len(paths) == 2
+    # Fast math that need not honour NaNs: the log of the negative half feeds a maximum
+    # whose NaNs XLA may then drop, so the first program's outputs move (measured on AMD
+    # EPYC natively and at --xla_cpu_max_isa AVX2 and SSE4_2). The control and the stripped
+    # locations compile the same programs, bit for bit.
+    no_nans = "xla_cpu_enable_fast_math=true,xla_cpu_fast_math_honor_nans=false"
+    result = compile_options.replay(paths, [compile_options.STRIP, no_nans], seed=1, progress=False)
+    assert {v: len(r["seconds"]) for v, r in result.items()} == dict.fromkeys(result, 2)
+    for variant in (compile_options.CONTROL, compile_options.STRIP, no_nans):
+        assert result[variant]["run"] == 2
+    assert result[compile_options.CONTROL]["differ"] == 0
+    assert result[compile_options.STRIP]["differ"] == 0
+    assert result[no_nans]["differ"] == 1 and result[no_nans]["names"] == ["jit__lambda"]
+    # A variant adds its options to a program's own: it does not replace them.
+    own = [compile_options._build(pickle.loads(p.read_bytes()), no_nans)[2] for p in paths]
+    fewer, more = sorted((options.env_option_overrides for options in own), key=len)
+    assert len(fewer) == 2 and more[0] == ("xla_cpu_enable_fast_min_max", True) and len(more) == 3
+    table = compile_options.markdown(result)
+    assert table.count("\n| ") == 5 and "| default |" in table  # header, rule, 4 variants
+    assert f"{no_nans}: outputs differ in jit__lambda" in table
+
+
+def test_same_bits_tells_one_ulp_and_any_nan_from_a_number():
+    from benchmarks.compile_options import same_bits
+
+    x = np.array([1.0, -0.0, np.nan], np.float32)
+    assert same_bits(x, x.copy())
+    assert not same_bits(x, np.array([np.nextafter(np.float32(1), np.float32(2)), -0.0, np.nan]))
+    assert not same_bits(x, np.array([1.0, 0.0, np.nan], np.float32))  # the sign of zero
+    quiet = np.array([0x7FC00001], np.uint32).view(np.float32)[0]  # another NaN payload
+    assert same_bits(x, np.array([1.0, -0.0, quiet], np.float32))
+    assert not same_bits(x, np.array([1.0, -0.0, 5.0], np.float32))
+    b = np.array(1.0, jnp.bfloat16)  # 0-d, bfloat16
+    assert same_bits(b, b.copy()) and not same_bits(b, np.array(1.0078125, jnp.bfloat16))
+    assert not same_bits(x, x.astype(np.float64)) and not same_bits(x, x[:2])
+    assert same_bits(np.arange(3), np.arange(3)) and not same_bits(np.arange(3), np.arange(1, 4))
+
+
+def test_compile_options_refuses_a_variant_that_is_not_key_value(tmp_path, capsys):
+    from benchmarks import compile_options
+
+    for bad in ("xla_cpu_enable_fast_math", "=1", "a=1,b"):
+        with pytest.raises(SystemExit):
+            compile_options.main(["replay", str(tmp_path), bad])
+        assert "KEY=VALUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compile_options.main(["replay", str(tmp_path)])
+    assert "no captured programs" in capsys.readouterr().err
