@@ -8,13 +8,14 @@ moves a bit of their outputs.
 `capture` runs pytest with the given arguments in this process (one worker, an empty
 compilation cache) and saves every program jax hands to XLA: its StableHLO bytecode and its
 compile options. `replay` compiles a seeded sample of them with the captured options, again
-with the same options (a control: the method's own noise), and with each variant given
-(one or more XLA debug options, `KEY=VALUE[,KEY=VALUE...]`) added,
-in a fresh random order per program, so the machine's drift falls on every variant alike.
-It then runs each single-device program on the same seeded inputs and compares every output
-bit for bit with the default's. The table gives each variant's compile seconds summed over
-the sample, their ratio to the default's with a 95 % interval (a bootstrap over programs),
-and how many programs' outputs differ.
+with the same options (a control: the method's own noise), and with each variant given (one
+or more XLA debug options, `KEY=VALUE[,KEY=VALUE...]`) added, in a fresh random order per
+program, so the machine's drift falls on every variant alike. It then runs each
+single-device program on the same seeded inputs and compares every output bit for bit with
+the default's (the inputs are random: a program whose loop count comes from its inputs'
+values could run long on them; none of the study's 400 did). The table gives each variant's
+compile seconds summed over the sample, their ratio to the default's with a 95 % interval
+(a bootstrap over programs), and how many programs' outputs differ.
 
 `strip-locations` as an option compiles the module without its source locations (what
 `jax_include_full_tracebacks_in_locations=False` shortens).
