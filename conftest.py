@@ -74,8 +74,9 @@ def pytest_runtest_makereport(item, call):
 def _fast_compile(request):
     """`@pytest.mark.fast_compile`: the test's programs are compiled with most of XLA's
     optimizations off (`jax_disable_most_optimizations`: backend optimization level 0, no
-    expensive LLVM passes), about a third less compile time for the programs the library
-    builds inside (the engine's, the quantization lab's, an example's). The traced programs,
+    expensive LLVM passes) and XLA CPU's older fusion emitters (`FAST_COMPILE_OPTIONS`),
+    about three fifths less compile time for the programs the library builds inside (the
+    engine's, the quantization lab's, an example's). The traced programs,
     the library's code paths, are the ones training runs; only the machine code differs, so
     it is for smoke tests (finite values, a loss that moves, fields and shapes, two paths that
     must agree with each other) and structural properties (exact zeros), never for a test
@@ -95,20 +96,39 @@ def _fast_compile(request):
 # the compile options, which the flag changes, and keeps them apart too.
 _FAST_COMPILE_KEY = jax.make_user_context(default_value=False)
 
+# XLA options added to every program a fast_compile test compiles: XLA CPU's older fusion
+# emitters compile these programs (already at optimization level 0) in 0.46 of the time
+# (0.44-0.49, 145 such programs of seven fast-tier files, `benchmarks/compile_options.py`;
+# outputs moved in 15 of them, as level 0 moves them: other machine code than users run).
+# jax has no public default for compile options, so `fast_compile` adds them in jax's private
+# `compiler.get_compile_options` (jax is pinned); a program's own options win.
+FAST_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+
 
 @contextlib.contextmanager
 def fast_compile():
-    """Most of XLA's optimizations off inside, with a cache key of its own (above); on
+    """Most of XLA's optimizations off inside, and `FAST_COMPILE_OPTIONS` added to every
+    program's compile options, with a cache key of its own (above); on
     leaving, the library's registered caches are emptied (`tasks.clear_compiled_caches`:
     its program builders and the values measured with them, such as figures' analytic
     measurements, which were computed by programs compiled under the flag)."""
+    from jax._src import compiler
+
     from tasks import clear_compiled_caches
+
+    get_compile_options = compiler.get_compile_options
+
+    def with_fast_compile_options(*args, env_options_overrides=None, **kwargs):
+        options = {**FAST_COMPILE_OPTIONS, **(env_options_overrides or {})}
+        return get_compile_options(*args, env_options_overrides=options, **kwargs)
 
     with _FAST_COMPILE_KEY(True):
         jax.config.update("jax_disable_most_optimizations", True)
+        compiler.get_compile_options = with_fast_compile_options
         try:
             yield
         finally:
+            compiler.get_compile_options = get_compile_options
             jax.config.update("jax_disable_most_optimizations", False)
             clear_compiled_caches()
 

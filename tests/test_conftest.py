@@ -24,9 +24,16 @@ def _double(x):
     return x * 2.0
 
 
+def _overrides() -> list:
+    from jax._src import compiler
+
+    return compiler.get_compile_options(1, 1).env_option_overrides
+
+
 @pytest.mark.fast_compile
 def test_fast_compile_turns_most_optimizations_off_for_the_test():
     assert jax.config.values["jax_disable_most_optimizations"]
+    assert ("xla_cpu_use_fusion_emitters", False) in _overrides()  # conftest.FAST_COMPILE_OPTIONS
     assert float(_double(jnp.ones(3, jnp.float32))[0]) == 2.0  # compiled under the flag
 
 
@@ -34,7 +41,7 @@ def test_a_program_compiled_under_fast_compile_is_not_served_after_it():
     with conftest.fast_compile():  # what the fixture does around a fast_compile test
         assert jax.config.values["jax_disable_most_optimizations"]
         _double(jnp.ones(5, jnp.float32)).block_until_ready()
-    assert not jax.config.values["jax_disable_most_optimizations"]
+    assert not jax.config.values["jax_disable_most_optimizations"] and not _overrides()
     meter = CompileMeter()
     _double(jnp.ones(5, jnp.float32)).block_until_ready()
     reading = meter.read()

@@ -37,7 +37,7 @@ TINY = [
 
 def _script(tmp_path, budget_s, *args):
     # XLA's cheapest compile: this tests the script, not its speed, and nearly all of its
-    # time at this size is compiling (half of it with these flags; the same perplexities).
+    # time at this size is compiling (half of it with level 0 alone).
     fast = " ".join(f"--{k}={str(v).lower()}" for k, v in FAST_COMPILE.items())
     env = {
         **os.environ,
