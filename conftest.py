@@ -74,14 +74,14 @@ def pytest_runtest_makereport(item, call):
 def _fast_compile(request):
     """`@pytest.mark.fast_compile`: the test's programs are compiled with most of XLA's
     optimizations off (`jax_disable_most_optimizations`: backend optimization level 0, no
-    expensive LLVM passes) and XLA CPU's older fusion emitters (`FAST_COMPILE_OPTIONS`),
-    about three fifths less compile time for the programs the library builds inside (the
-    engine's, the quantization lab's, an example's). The traced programs,
-    the library's code paths, are the ones training runs; only the machine code differs, so
-    it is for smoke tests (finite values, a loss that moves, fields and shapes, two paths that
-    must agree with each other) and structural properties (exact zeros), never for a test
-    whose bound is a rounding-error model or that holds numbers to the bit
-    (tests/tasks/_compile.py's FAST_COMPILE is the same for one program)."""
+    expensive LLVM passes) and XLA CPU's older fusion emitters (`FAST_COMPILE_OPTIONS`): about a
+    third less compile time for the programs the library builds inside (the engine's, the
+    quantization lab's, an example's) from the level, and about half of what is left from the
+    emitters. The traced programs, the library's code paths, are the ones training runs; only
+    the machine code differs, so it is for smoke tests (finite values, a loss that moves, fields
+    and shapes, two paths that must agree with each other) and structural properties (exact
+    zeros), never for a test whose bound is a rounding-error model or that holds numbers to the
+    bit (tests/tasks/_compile.py's FAST_COMPILE is the same for one program)."""
     if request.node.get_closest_marker("fast_compile") is None:
         yield
         return
