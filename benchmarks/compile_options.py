@@ -233,16 +233,16 @@ def replay(
         devices = backend.devices()[: record["devices"]]
         shuffled = variants[:]
         order.shuffle(shuffled)
-        compiled = {}
+        compiled, modules = {}, {}
         for variant in shuffled:
-            context, module, compile_options = _build(record, variant)
+            context, modules[variant], compile_options = _build(record, variant)
             start = time.perf_counter()
             with context:
                 compiled[variant] = backend.compile_and_load(
-                    module, xc.DeviceList(tuple(devices)), compile_options
+                    modules[variant], xc.DeviceList(tuple(devices)), compile_options
                 )
             result[variant]["seconds"].append(time.perf_counter() - start)
-        args = inputs(_build(record, "default")[1], seed) if len(devices) == 1 else None
+        args = inputs(modules["default"], seed) if len(devices) == 1 else None
         if args is not None:
             want = _execute(compiled["default"], args, devices[0])
             for variant in variants[1:]:
