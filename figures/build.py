@@ -470,6 +470,14 @@ def forecast(
     return expected
 
 
+def bar_weights(names: Sequence[str], expected: Mapping[str, float | None]) -> dict[str, int]:
+    """Each build's share of the progress bar: its expected seconds in whole tenths (at least
+    one; a build without a record counts one second). Integers, so the updates add up to the
+    bar's total exactly: float shares rounded one by one can sum past a total rounded once,
+    and tqdm then warns and shows a negative time left."""
+    return {n: max(1, round(10 * (expected.get(n) or 1.0))) for n in names}
+
+
 def side_by_side(
     split: Sequence[Sequence[str]],
     expected: Mapping[str, float | None],
@@ -559,16 +567,16 @@ def build(
     log(format_forecast(plan, expected, source, split, together), file=sys.stderr)
     # The build's bar counts expected seconds (a build without a record: one per build), so
     # its 'left' is the forecast corrected by the pace so far.
-    weights = {n: expected[n] if expected[n] is not None else 1.0 for n in todo}
+    weights = bar_weights(todo, expected)
     overall = tqdm.tqdm(
-        total=round(sum(weights.values()), 1),
+        total=sum(weights.values()),
         desc=f"[{ctx.scale}] build",
         bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} spent, ~{remaining} left",
         disable=not progress,
         file=sys.stderr,
     )
     start, whole = time.perf_counter(), CompileMeter()
-    bar = lambda name: overall.update(round(weights[name], 1))  # noqa: E731
+    bar = lambda name: overall.update(weights[name])  # noqa: E731
     warm = _first_done(split, expected) if split and report else None
     drawn = _train_side_by_side(ctx, split, log, bar, warm) if split else {}
     lane_totals: dict[str, Any] = {}
@@ -584,7 +592,7 @@ def build(
             written[name], reading = _train_and_draw(ctx, name)
         times[name] = {**reading, "runs": plan[name][0], "run_steps": plan[name][1]}
         if name not in laned:  # a lane's build counted as it trained
-            overall.update(round(weights[name], 1))
+            overall.update(weights[name])
         files = ", ".join(p.name for p in written[name])
         log(f"[{ctx.scale}] {name}: {files} ({CompileMeter.format(times[name])})", file=sys.stderr)
     overall.close()

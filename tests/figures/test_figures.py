@@ -1,6 +1,7 @@
 """`grokbench figures`: every figure script on tiny cached results, the build's caching, the
 CLI's errors, and the reproduction report on a fabricated result set where claims fail."""
 
+import io
 import json
 import pathlib
 
@@ -329,6 +330,24 @@ def test_forecast_scales_the_record_by_the_run_steps_left():
     assert expected["fig9"] is None  # no record: '?'
     text = build.format_forecast(plan, expected, "a record")
     assert "?" in text and "about" in text and "3 runs to train" in text
+
+
+def test_the_bar_ends_at_its_total_without_a_warning(recwarn):
+    """The build's bar: its updates add up to its total exactly. Three builds expected 0.05 s
+    each, rounded to tenths one by one (0.1 each), summed past the total rounded once (0.2):
+    tqdm warned ('clamping frac') and showed a negative time left (seen in a quick build)."""
+    import tqdm
+
+    names = ["a", "b", "c", "d"]
+    weights = build.bar_weights(names, {"a": 0.05, "b": 0.05, "c": 0.05, "d": None})
+    assert weights == {"a": 1, "b": 1, "c": 1, "d": 10}  # tenths; no record: one second
+    bar = tqdm.tqdm(total=sum(weights.values()), bar_format="{bar}|{remaining}", file=io.StringIO())
+    for name in names:
+        bar.update(weights[name])
+    assert bar.n == bar.total
+    str(bar)  # formats the finished bar, where a fraction past 1 warns
+    bar.close()
+    assert not [w for w in recwarn if "clamping" in str(w.message)]
 
 
 def test_a_figure_drawn_without_its_runs_names_the_command_and_trains_nothing(
