@@ -327,7 +327,13 @@ def _lane_args(
     ]  # fmt: skip
 
 
-def _warm_report(ctx: Context, log=print) -> None:
+def _write(text: str, file=None) -> None:
+    """The build's default `log`: a line printed beside tqdm's bars (`tqdm.write` clears them,
+    prints the line and draws them again, where `print` ran the line on from the bar's)."""
+    tqdm.tqdm.write(text, file=file)
+
+
+def _warm_report(ctx: Context, log=_write) -> None:
     """Evaluate the report's claims on what the store holds so far, and keep nothing: run in
     the lane expected to finish first, while the others still train, it compiles the
     report's own measurements (fig1's cliffs, fig7's residuals, ...) into the persistent
@@ -533,7 +539,7 @@ def build(
     progress: bool = True,
     overrides: Mapping[str, tuple] | None = None,
     report: bool = True,
-    log=print,
+    log=_write,
     jobs: int = 1,
 ) -> dict[str, list[pathlib.Path]]:
     """Build figures `names` (all if empty) into `out`; return name -> written paths.

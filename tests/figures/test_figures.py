@@ -350,6 +350,20 @@ def test_the_bar_ends_at_its_total_without_a_warning(recwarn):
     assert not [w for w in recwarn if "clamping" in str(w.message)]
 
 
+def test_the_builds_lines_start_on_their_own_line_beside_its_bar():
+    """`build`'s default log clears the bar before a line (`print` ran the line on from the
+    bar's text: '~? left[quick] training in 2 processes') and draws the bar again after."""
+    import tqdm
+
+    stream = io.StringIO()
+    with tqdm.tqdm(total=3, file=stream, bar_format="[quick] build {bar}") as bar:
+        bar.update(1)
+        build._write("[quick] fig1a ...", file=stream)
+        after = stream.getvalue().split("[quick] fig1a ...\n")
+    assert len(after) == 2
+    assert after[0].endswith("\r") and after[1].startswith("\r[quick] build")
+
+
 def test_a_figure_drawn_without_its_runs_names_the_command_and_trains_nothing(
     tmp_path, fake_engine
 ):
