@@ -481,7 +481,8 @@ def bar_weights(names: Sequence[str], expected: Mapping[str, float | None]) -> d
     one; a build without a record counts one second). Integers, so the updates add up to the
     bar's total exactly: float shares rounded one by one can sum past a total rounded once,
     and tqdm then warns and shows a negative time left."""
-    return {n: max(1, round(10 * (expected.get(n) or 1.0))) for n in names}
+    seconds = {n: 1.0 if expected.get(n) is None else expected[n] for n in names}
+    return {n: max(1, round(10 * s)) for n, s in seconds.items()}
 
 
 def side_by_side(
@@ -571,8 +572,8 @@ def build(
     if split:
         together = side_by_side(split, expected, forecast(plan, record, "cpu"), _cores())
     log(format_forecast(plan, expected, source, split, together), file=sys.stderr)
-    # The build's bar counts expected seconds (a build without a record: one per build), so
-    # its 'left' is the forecast corrected by the pace so far.
+    # The build's bar counts expected tenths of seconds (a build without a record: one
+    # second), so its 'left' is the forecast corrected by the pace so far.
     weights = bar_weights(todo, expected)
     overall = tqdm.tqdm(
         total=sum(weights.values()),

@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import tqdm
 
 from figures import build, quant, registry, report, setup_study
 from figures._common import Context, MissingRuns
@@ -336,11 +337,9 @@ def test_the_bar_ends_at_its_total_without_a_warning(recwarn):
     """The build's bar: its updates add up to its total exactly. Three builds expected 0.05 s
     each, rounded to tenths one by one (0.1 each), summed past the total rounded once (0.2):
     tqdm warned ('clamping frac') and showed a negative time left (seen in a quick build)."""
-    import tqdm
-
-    names = ["a", "b", "c", "d"]
-    weights = build.bar_weights(names, {"a": 0.05, "b": 0.05, "c": 0.05, "d": None})
-    assert weights == {"a": 1, "b": 1, "c": 1, "d": 10}  # tenths; no record: one second
+    names = ["a", "b", "c", "d", "e"]
+    weights = build.bar_weights(names, {"a": 0.05, "b": 0.05, "c": 0.05, "d": None, "e": 0.0})
+    assert weights == {"a": 1, "b": 1, "c": 1, "d": 10, "e": 1}  # tenths; no record: a second
     bar = tqdm.tqdm(total=sum(weights.values()), bar_format="{bar}|{remaining}", file=io.StringIO())
     for name in names:
         bar.update(weights[name])
@@ -353,8 +352,6 @@ def test_the_bar_ends_at_its_total_without_a_warning(recwarn):
 def test_the_builds_lines_start_on_their_own_line_beside_its_bar():
     """`build`'s default log clears the bar before a line (`print` ran the line on from the
     bar's text: '~? left[quick] training in 2 processes') and draws the bar again after."""
-    import tqdm
-
     stream = io.StringIO()
     with tqdm.tqdm(total=3, file=stream, bar_format="[quick] build {bar}") as bar:
         bar.update(1)
