@@ -367,9 +367,10 @@ def _train_side_by_side(
     warm: int | None = None,
 ) -> dict[str, dict]:
     """Train and draw the lanes of `split` at once (the first here); per build its reading
-    and files (`_train_lane`; `done(name)` as each finishes here, and for another lane's when
-    its process ends); the lane `warm` (expected to finish first) then warms the report. An
-    interrupt stops the other processes too; what they finished stays in the store."""
+    and files (`_train_lane`; `done(name)` as each finishes here, and for another lane's
+    finished builds when its process ends); the lane `warm` (expected to finish first) then
+    warms the report. An interrupt stops the other processes too; what they finished stays in
+    the store."""
     log(
         f"[{ctx.scale}] training in {len(split)} processes: "
         + "; ".join(", ".join(lane) for lane in split),
@@ -383,13 +384,14 @@ def _train_side_by_side(
             _warm_report(ctx, log)
         for i, ((child, report), lane) in enumerate(zip(children, split[1:], strict=True), 1):
             code = child.wait()
-            for name in lane:
-                done(name)
             try:
                 finished = json.loads(report.read_text())
             except (OSError, ValueError):
                 finished = {}
             trained.update(finished)
+            for name in lane:
+                if name in finished:
+                    done(name)
             if left := [name for name in lane if name not in finished]:
                 log(
                     f"[{ctx.scale}] the process training {', '.join(lane)} stopped (exit "
@@ -567,7 +569,6 @@ def build(
     expected = forecast(plan, record)
     split = lanes(todo, plan, expected, jobs) if jobs > 1 else []
     split = split if len(split) > 1 else []  # one lane: this process trains it, as without
-    laned = {n for lane in split for n in lane}
     together = None
     if split:
         together = side_by_side(split, expected, forecast(plan, record, "cpu"), _cores())
@@ -598,7 +599,7 @@ def build(
             log(f"[{ctx.scale}] {name} ...", file=sys.stderr)
             written[name], reading = _train_and_draw(ctx, name)
         times[name] = {**reading, "runs": plan[name][0], "run_steps": plan[name][1]}
-        if name not in laned:  # a lane's build counted as it trained
+        if name not in drawn:  # a lane's finished build counted as it trained
             overall.update(weights[name])
         files = ", ".join(p.name for p in written[name])
         log(f"[{ctx.scale}] {name}: {files} ({CompileMeter.format(times[name])})", file=sys.stderr)

@@ -4,6 +4,7 @@ CLI's errors, and the reproduction report on a fabricated result set where claim
 import io
 import json
 import pathlib
+import types
 
 import numpy as np
 import pytest
@@ -434,6 +435,20 @@ class _Finished:
         return self.code
 
 
+class _Bar:
+    """The build's bar, its total and each update appended to `events` (between its lines)."""
+
+    def __init__(self, events: list, total: int, **_) -> None:
+        self.events = events
+        events.append(("total", total))
+
+    def update(self, n: int) -> None:
+        self.events.append(("update", n))
+
+    def close(self) -> None:
+        pass
+
+
 def _lane_in_this_process(fails=()):
     """`build._spawn_lane` run here, to the end, before it returns (lanes in `fails` exit 1
     having trained nothing)."""
@@ -461,14 +476,16 @@ def test_a_build_in_two_lanes_trains_each_run_once_and_draws_every_figure(
     tmp_path, fake_engine, monkeypatch, fails, names
 ):
     monkeypatch.setattr(build, "_spawn_lane", _lane_in_this_process(fails))
-    lines = []
+    events = []  # the log's lines and the bar's total and updates, in order
+    monkeypatch.setattr(build, "tqdm", types.SimpleNamespace(tqdm=lambda **kw: _Bar(events, **kw)))
     written = _build(
         tmp_path,
         list(names),
         out=tmp_path / "out",
-        log=lambda text, file=None: lines.append(text),
+        log=lambda text, file=None: events.append(text),
         jobs=2,
     )
+    lines = [e for e in events if isinstance(e, str)]
     for name in names:
         _check_written(written[name], name)
     trained = [cfg for call in fake_engine for cfg in call]
@@ -482,6 +499,12 @@ def test_a_build_in_two_lanes_trains_each_run_once_and_draws_every_figure(
     assert len(stopped) == len(fails)
     if fails:  # its runs trained in the drawing loop instead
         assert f"{other}" in stopped[0] and ".lane-1.log" in stopped[0]
+    # The bar: each build counted once, when it is done (a stopped lane's when it trains here).
+    (_, total), *updates = [e for e in events if isinstance(e, tuple)]
+    assert sum(n for _, n in updates) == total and len(updates) == len(names)
+    if fails:
+        counted = [i for i, e in enumerate(events) if isinstance(e, tuple) and e[0] == "update"]
+        assert counted[-1] > events.index(stopped[0])
 
 
 def test_a_lane_process_trains_into_the_store_and_reports_its_builds(tmp_path):
