@@ -112,6 +112,17 @@ def _value(text: str) -> bool | int | str:
         return text
 
 
+def _pairs(variant: str) -> list[tuple[str, bool | int | str]]:
+    """`KEY=VALUE[,KEY=VALUE...]` as XLA option pairs; ValueError where an item is not one."""
+    pairs = []
+    for item in variant.split(","):
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{variant!r}: a variant is KEY=VALUE[,KEY=VALUE...] or {STRIP}")
+        pairs.append((key, _value(text)))
+    return pairs
+
+
 def _build(record: dict, variant: str):
     """(MLIR context, module, compile options) of one program under one variant."""
     from jax._src.interpreters import mlir
@@ -125,10 +136,8 @@ def _build(record: dict, variant: str):
             passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
     options = xc.CompileOptions.ParseFromString(record["options"])
     if variant not in ("default", CONTROL, STRIP):  # KEY=VALUE[,KEY=VALUE...]
-        pairs = (item.split("=", 1) for item in variant.split(","))
-        added = [(key, _value(text)) for key, text in pairs]
-        options.env_option_overrides = [*options.env_option_overrides, *added]  # kept: a
-        # program's own compiler_options (the engine's, a test's)
+        # added to a program's own compiler_options (the engine's, a test's), which stay
+        options.env_option_overrides = [*options.env_option_overrides, *_pairs(variant)]
     return context, module, options
 
 
@@ -312,9 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "capture":
         return int(capture(args.out, args.pytest_args))
     for option in args.options:
-        parts = [] if option == STRIP else option.split(",")
-        if any("=" not in part or part.startswith("=") for part in parts):
-            parser.error(f"{option!r}: a variant is KEY=VALUE[,KEY=VALUE...] or {STRIP}")
+        try:
+            if option != STRIP:
+                _pairs(option)  # a malformed variant stops here, before any compile
+        except ValueError as error:
+            parser.error(str(error))
     paths = sorted(args.programs.glob("*.pkl"))
     if not paths:
         parser.error(f"no captured programs in {args.programs} (run `capture` first)")
