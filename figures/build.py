@@ -327,13 +327,7 @@ def _lane_args(
     ]  # fmt: skip
 
 
-def _write(text: str, file=None) -> None:
-    """The build's default `log`: a line printed beside tqdm's bars (`tqdm.write` clears them,
-    prints the line and draws them again, where `print` ran the line on from the bar's)."""
-    tqdm.tqdm.write(text, file=file)
-
-
-def _warm_report(ctx: Context, log=_write) -> None:
+def _warm_report(ctx: Context, log=tqdm.tqdm.write) -> None:
     """Evaluate the report's claims on what the store holds so far, and keep nothing: run in
     the lane expected to finish first, while the others still train, it compiles the
     report's own measurements (fig1's cliffs, fig7's residuals, ...) into the persistent
@@ -542,7 +536,7 @@ def build(
     progress: bool = True,
     overrides: Mapping[str, tuple] | None = None,
     report: bool = True,
-    log=_write,
+    log=tqdm.tqdm.write,
     jobs: int = 1,
 ) -> dict[str, list[pathlib.Path]]:
     """Build figures `names` (all if empty) into `out`; return name -> written paths.
@@ -552,6 +546,8 @@ def build(
     --lane`, its output in OUT/.lane-N.log), before the figures are drawn in order. A run
     trains the same in either process (the bits do not depend on it); a lane that stops
     leaves its untrained runs to this process's drawing loop, which trains what is missing.
+    `log` writes the build's lines: by default `tqdm.write`, which clears the bar first and
+    draws it again after (`print` would run a line on from the bar's text).
     """
     ctx = Context(
         quick=quick,

@@ -1,6 +1,7 @@
 """`grokbench figures`: every figure script on tiny cached results, the build's caching, the
 CLI's errors, and the reproduction report on a fabricated result set where claims fail."""
 
+import inspect
 import io
 import json
 import pathlib
@@ -353,10 +354,11 @@ def test_the_bar_ends_at_its_total_without_a_warning(recwarn):
 def test_the_builds_lines_start_on_their_own_line_beside_its_bar():
     """`build`'s default log clears the bar before a line (`print` ran the line on from the
     bar's text: '~? left[quick] training in 2 processes') and draws the bar again after."""
+    log = inspect.signature(build.build).parameters["log"].default
     stream = io.StringIO()
     with tqdm.tqdm(total=3, file=stream, bar_format="[quick] build {bar}") as bar:
         bar.update(1)
-        build._write("[quick] fig1a ...", file=stream)
+        log("[quick] fig1a ...", file=stream)
         after = stream.getvalue().split("[quick] fig1a ...\n")
     assert len(after) == 2
     assert after[0].endswith("\r") and after[1].startswith("\r[quick] build")
