@@ -39,6 +39,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
+import ml_dtypes
 import numpy as np
 
 CONTROL = "default, again"
@@ -154,6 +155,9 @@ _DTYPES = {
     "ui16": np.uint16,
     "ui32": np.uint32,
     "ui64": np.uint64,
+    "bf16": ml_dtypes.bfloat16,
+    "f8E4M3FN": ml_dtypes.float8_e4m3fn,
+    "f8E5M2": ml_dtypes.float8_e5m2,
 }
 
 
@@ -161,15 +165,8 @@ def inputs(module, seed: int) -> list[np.ndarray] | None:
     """Seeded arguments for the module's `main`: floats standard normal, integers in [0, 3)
     (valid as indices and labels of any axis of 3 or more), booleans fair; None where an
     argument is not a tensor of a type above (or of bfloat16 / float8)."""
-    import ml_dtypes
     from jax._src.lib.mlir import ir
 
-    dtypes = dict(
-        _DTYPES,
-        bf16=ml_dtypes.bfloat16,
-        f8E4M3FN=ml_dtypes.float8_e4m3fn,
-        f8E5M2=ml_dtypes.float8_e5m2,
-    )
     rng = np.random.default_rng(seed)
     with module.context:
         main = next(
@@ -184,7 +181,7 @@ def inputs(module, seed: int) -> list[np.ndarray] | None:
                 tensor = ir.RankedTensorType(arg)
             except ValueError:  # a token or an unranked tensor
                 return None
-            dtype = dtypes.get(str(tensor.element_type))
+            dtype = _DTYPES.get(str(tensor.element_type))
             if dtype is None:
                 return None
             shape = tuple(tensor.shape)
